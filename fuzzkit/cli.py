@@ -1,0 +1,275 @@
+"""The ``fuzzkit`` command.  Exit codes: 0 clean, 1 findings, 2 usage or input error.
+
+Every error a user can mend is one line on stderr ("fuzzkit: error: ...") and exit code 2; a
+traceback from here is a bug in fuzzkit.
+"""
+
+from __future__ import annotations
+
+import os
+
+# Small eager ops run 100-400x slower with more than one intra-op thread on these machines;
+# fuzzing parallelizes with processes instead.  Must happen before torch is imported.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any, Optional, Sequence  # noqa: E402
+
+from fuzzkit import __version__  # noqa: E402
+from fuzzkit.errors import FuzzkitError, UsageError  # noqa: E402
+
+EXIT_CLEAN, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(f"{message} (see `{self.prog} --help`)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="fuzzkit", description=__doc__.split("\n")[0])
+    parser.add_argument("--version", action="version", version=f"fuzzkit {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+
+    p = sub.add_parser("list", help="targets with their implementations and mutants")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+    p = sub.add_parser("run", help="fuzz targets, save minimized findings, write a report")
+    p.add_argument("targets", nargs="*", metavar="TARGET")
+    p.add_argument("--all", action="store_true", help="every registered target")
+    p.add_argument("--impl", help="implementation name, or module:attr for an outside one")
+    p.add_argument("--budget", type=_positive_float, default=60.0,
+                   help="total seconds of fuzzing, split over targets x implementations "
+                        "(default 60; shrinking a finding may add to it)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--profile", choices=("ci", "campaign"), default="campaign")
+    p.add_argument("--report-dir", type=Path, default=Path("reports"))
+    p.add_argument("--corpus", type=Path, default=None, help="corpus root (default ./corpus)")
+    p.add_argument("--case-timeout", type=_positive_float, default=60.0,
+                   help="seconds one case may take before it counts as a timeout")
+
+    p = sub.add_parser("replay", help="re-run case files and print verdicts")
+    p.add_argument("paths", nargs="+", type=Path, metavar="PATH")
+    p.add_argument("--impl", help="replay against this implementation instead")
+
+    p = sub.add_parser("shrink", help="minimize a failing case file")
+    p.add_argument("path", type=Path, metavar="PATH")
+    p.add_argument("--output", type=Path, help="directory for the smaller case (default: beside)")
+
+    p = sub.add_parser("mutants", help="check that the fuzzer catches every shipped mutant")
+    p.add_argument("targets", nargs="*", metavar="TARGET")
+    p.add_argument("--budget", type=_positive_float, default=30.0,
+                   help="seconds per mutant (default 30)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    return parser
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be greater than 0")
+    return value
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        return COMMANDS[args.command](args)
+    except FuzzkitError as exc:
+        print(f"fuzzkit: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("fuzzkit: interrupted", file=sys.stderr)
+        return 130
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from fuzzkit.registry import all_targets
+
+    described = [t.describe() for t in all_targets()]
+    if args.json:
+        print(json.dumps(described, indent=2))
+        return EXIT_CLEAN
+    table = _table("target", "implementations", "properties", "mutants")
+    for d in described:
+        impls = ", ".join(f"{i['name']} ({i['backend']}{'' if i['available'] else ', unavailable'})"
+                          for i in d["implementations"])
+        table.add_row(d["name"], impls, str(len(d["properties"])), str(len(d["mutants"])))
+    _print(table)
+    return EXIT_CLEAN
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from fuzzkit import corpus
+    from fuzzkit.engines.hypothesis import fuzz
+    from fuzzkit.registry import get_target, resolve_implementation, target_names
+    from fuzzkit.report import new_run_id, result_row, write_report
+
+    if args.all and args.targets:
+        raise UsageError("give target names or --all, not both")
+    names = target_names() if args.all else args.targets
+    if not names:
+        raise UsageError("name at least one target, or pass --all (`fuzzkit list` shows them)")
+    targets = [get_target(n) for n in names]  # unknown names fail here, before any work
+    plan, skipped = [], []
+    for target in targets:
+        impls = ([resolve_implementation(target, args.impl)] if args.impl
+                 else list(target.implementations.values()))
+        for impl in impls:
+            reason = impl.unavailable()
+            if reason:
+                skipped.append({"target": target.name, "implementation": impl.name,
+                                "reason": reason})
+            else:
+                plan.append((target, impl))
+    if not plan:
+        raise UsageError("nothing to run: every selected implementation is unavailable here")
+    root = args.corpus or corpus.default_root()
+    share = args.budget / len(plan)
+    rows, findings = [], []
+    for target, impl in plan:
+        _status(f"fuzzing {target.name}/{impl.name} for {share:.1f} s ...")
+        result = fuzz(target, impl, budget=share, seed=args.seed, profile=args.profile,
+                      case_timeout=args.case_timeout)
+        path = None
+        if result.finding is not None:
+            path = corpus.save(result.finding, root)
+            findings.append((result.finding.case_id, result.finding.dumps() + "\n"))
+        rows.append(result_row(result, path))
+    run_id = new_run_id(args.seed)
+    summary = write_report(args.report_dir, run_id, args.seed, args.budget, rows, skipped,
+                           findings)
+    table = _table("target", "impl", "cases", "cases/s", "verdict")
+    for row in rows:
+        f = row["finding"]
+        verdict = "[green]clean[/]" if f is None else f"[red]{f['signature']}[/]\n{f['case']}"
+        table.add_row(row["target"], row["implementation"], str(row["cases"]),
+                      f"{row['cases_per_second']:.1f}", verdict)
+    for s in skipped:
+        table.add_row(s["target"], s["implementation"], "-", "-", f"skipped: {s['reason']}")
+    _print(table)
+    print(f"report: {summary}")
+    return EXIT_FINDINGS if findings else EXIT_CLEAN
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from fuzzkit import corpus
+    from fuzzkit.case import load
+    from fuzzkit.registry import get_target, resolve_implementation
+    from fuzzkit.runner import check_case
+
+    files = list(corpus.case_files(args.paths))
+    if not files:
+        raise UsageError(f"no case files under {', '.join(map(str, args.paths))}")
+    cases = [(path, load(path)) for path in files]  # every file is validated before any runs
+    failed = 0
+    for path, case in cases:
+        target = get_target(case.target)
+        impl = resolve_implementation(target, args.impl or case.implementation)
+        reason = impl.unavailable()
+        if reason:
+            raise UsageError(f"{path}: implementation {impl.name!r} cannot run here: {reason}")
+        failure = check_case(target, impl, case.inputs).failure
+        if failure is None:
+            note = " (recorded failure no longer reproduces)" if case.failure else ""
+            print(f"PASS  {path}{note}")
+        else:
+            failed += 1
+            print(f"FAIL  {path}  {failure.signature}: {failure.message}")
+    return EXIT_FINDINGS if failed else EXIT_CLEAN
+
+
+def cmd_shrink(args: argparse.Namespace) -> int:
+    from fuzzkit.case import load
+    from fuzzkit.registry import get_target, resolve_implementation
+    from fuzzkit.shrink.ddmin import shrink_case
+
+    case = load(args.path)
+    target = get_target(case.target)
+    impl = resolve_implementation(target, case.implementation)
+    try:
+        result = shrink_case(target, impl, case)
+    except ValueError as exc:
+        raise UsageError(f"{args.path}: {exc}") from None
+    out = result.case.save(args.output or args.path.parent)
+    sizes = ", ".join(f"{k}: {result.before[k]} -> {result.after[k]}" for k in result.before)
+    print(f"shrunk in {result.tests} tests ({sizes or 'nothing reducible'}); "
+          f"{result.case.failure.signature if result.case.failure else ''}")
+    print(f"wrote {out}")
+    return EXIT_FINDINGS
+
+
+def cmd_mutants(args: argparse.Namespace) -> int:
+    from fuzzkit.mutation import run_mutant
+    from fuzzkit.registry import get_target, target_names
+
+    targets = [get_target(n) for n in (args.targets or target_names())]
+    results = []
+    for target in targets:
+        for mutant in target.mutants:
+            if not args.json:
+                _status(f"mutant {target.name}/{mutant.name} ...")
+            results.append(run_mutant(target, mutant, budget=args.budget, seed=args.seed))
+    if args.json:
+        print(json.dumps([r.to_json() for r in results], indent=2))
+    else:
+        table = _table("target", "mutant", "bug class", "detected", "seconds", "signature")
+        for r in results:
+            detected = ("[yellow]skipped[/]" if r.skipped else
+                        "[green]yes[/]" if r.detected else "[red]NO[/]")
+            table.add_row(r.target, r.mutant, f"{r.bug_class}\n[dim]{r.citation}[/]", detected,
+                          f"{r.seconds:.2f}" if r.seconds is not None else "-",
+                          r.signature or (r.skipped or "-"))
+        _print(table)
+        caught = sum(r.detected for r in results)
+        print(f"{caught}/{len(results)} mutants detected")
+    missed = [r for r in results if not r.detected and not r.skipped]
+    return EXIT_FINDINGS if missed else EXIT_CLEAN
+
+
+COMMANDS = {"list": cmd_list, "run": cmd_run, "replay": cmd_replay, "shrink": cmd_shrink,
+            "mutants": cmd_mutants}
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def _table(*columns: str) -> Any:
+    from rich.table import Table
+
+    table = Table(show_lines=False)
+    for column in columns:
+        table.add_column(column)
+    return table
+
+
+def _print(renderable: Any) -> None:
+    from rich.console import Console
+
+    Console(width=max(100, _terminal_width())).print(renderable)
+
+
+def _terminal_width() -> int:
+    try:
+        return os.get_terminal_size().columns
+    except OSError:
+        return 140
+
+
+def _status(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""Engines make cases: Hypothesis (default) and atheris (coverage-guided, optional)."""

@@ -1,0 +1,152 @@
+"""pytest plugin (entry point ``pytest11``): corpus regressions, fuzz items, fixtures.
+
+* Every ``**/regressions/*.json`` case file under a collected directory becomes a test item that
+  replays it; it fails with the oracle's message and the command that replays it by hand.
+* ``--fuzzkit-budget SECONDS`` adds one fuzz item per target x implementation.
+* ``@pytest.mark.fuzzkit_target("quant")`` with the ``fuzzkit_target`` fixture gives a test the
+  Target; a test that also asks for ``fuzzkit_impl`` is parametrized over the target's
+  implementations that can run here.  :func:`fuzzkit.testing.target_inputs` gives the
+  target's Hypothesis strategy for writing properties.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Iterator, Optional
+
+import pytest
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("fuzzkit")
+    group.addoption("--fuzzkit-budget", type=float, default=None, metavar="SECONDS",
+                    help="add one fuzz item per target x implementation, each fuzzing this long")
+    group.addoption("--fuzzkit-seed", type=int, default=0, metavar="N",
+                    help="seed for --fuzzkit-budget fuzz items (default 0)")
+    group.addoption("--fuzzkit-targets", default=None, metavar="NAMES",
+                    help="comma-separated targets for --fuzzkit-budget (default: all)")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "fuzzkit_target(name): the target for `fuzzkit_target`")
+    config.addinivalue_line("markers", "kernel: runs a Triton kernel")
+
+
+class CaseFailed(Exception):
+    """A replayed or fuzzed case failed; carries the text to show instead of a traceback."""
+
+
+def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> Optional[pytest.Collector]:
+    if file_path.suffix == ".json" and file_path.parent.name == "regressions":
+        return RegressionFile.from_parent(parent, path=file_path)
+    return None
+
+
+class RegressionFile(pytest.File):
+    def collect(self) -> Iterator[pytest.Item]:
+        yield RegressionItem.from_parent(self, name=self.path.stem)
+
+
+class _FuzzkitItem(pytest.Item):
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException],
+                     style: Any = None) -> str:
+        if isinstance(excinfo.value, CaseFailed):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo, style=style)
+
+
+class RegressionItem(_FuzzkitItem):
+    def runtest(self) -> None:
+        from fuzzkit.case import load
+        from fuzzkit.errors import FuzzkitError
+        from fuzzkit.registry import get_target, resolve_implementation
+        from fuzzkit.runner import check_case
+
+        try:
+            case = load(self.path)
+            target = get_target(case.target)
+            impl = resolve_implementation(target, case.implementation)
+        except FuzzkitError as exc:
+            raise CaseFailed(f"cannot replay: {exc}") from None
+        reason = impl.unavailable()
+        if reason:
+            pytest.skip(f"{impl.name} unavailable: {reason}")
+        failure = check_case(target, impl, case.inputs).failure
+        if failure is not None:
+            raise CaseFailed(f"{failure.signature}\n{failure.message}\n"
+                             f"replay: fuzzkit replay {self.path}")
+
+    def reportinfo(self) -> tuple[Path, int, str]:
+        return self.path, 0, f"fuzzkit regression {self.path.name}"
+
+
+class FuzzItem(_FuzzkitItem):
+    def __init__(self, *, target_name: str, impl_name: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.target_name, self.impl_name = target_name, impl_name
+
+    def runtest(self) -> None:
+        from fuzzkit import corpus
+        from fuzzkit.engines.hypothesis import fuzz
+        from fuzzkit.registry import get_target
+
+        config = self.config
+        target = get_target(self.target_name)
+        impl = target.implementation(self.impl_name)
+        reason = impl.unavailable()
+        if reason:
+            pytest.skip(f"{impl.name} unavailable: {reason}")
+        result = fuzz(target, impl, budget=config.getoption("fuzzkit_budget"),
+                      seed=config.getoption("fuzzkit_seed"))
+        if result.finding is not None:
+            path = corpus.save(result.finding, corpus.default_root())
+            failure = result.finding.failure
+            assert failure is not None
+            raise CaseFailed(f"{failure.signature} after {result.cases} cases\n{failure.message}\n"
+                             f"minimized case: {path}\nreplay: fuzzkit replay {path}")
+
+    def reportinfo(self) -> tuple[str, int, str]:
+        return "fuzzkit", 0, f"fuzz {self.target_name}/{self.impl_name}"
+
+
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config,
+                                  items: list[pytest.Item]) -> None:
+    budget = config.getoption("fuzzkit_budget")
+    if not budget:
+        return
+    from fuzzkit.registry import get_target, target_names
+
+    wanted = config.getoption("fuzzkit_targets")
+    names = wanted.split(",") if wanted else target_names()
+    for name in names:
+        target = get_target(name)
+        for impl_name in target.implementations:
+            items.append(FuzzItem.from_parent(session, name=f"fuzzkit[{name}-{impl_name}]",
+                                              target_name=name, impl_name=impl_name))
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "fuzzkit_impl" not in metafunc.fixturenames:
+        return
+    target = _marked_target(metafunc.definition)
+    impls = [i for i in target.implementations.values() if i.unavailable() is None]
+    metafunc.parametrize("fuzzkit_impl", impls, ids=[i.name for i in impls])
+
+
+def _marked_target(node: pytest.Item) -> Any:
+    from fuzzkit.registry import get_target
+
+    marker = node.get_closest_marker("fuzzkit_target")
+    if marker is None or not marker.args:
+        raise pytest.UsageError(f"{node.nodeid}: the fuzzkit_target fixture needs "
+                                '@pytest.mark.fuzzkit_target("name")')
+    return get_target(marker.args[0])
+
+
+@pytest.fixture
+def fuzzkit_target(request: pytest.FixtureRequest) -> Any:
+    """The Target named by the test's ``@pytest.mark.fuzzkit_target(name)`` marker."""
+    return _marked_target(request.node)

@@ -1,0 +1,147 @@
+"""Where targets and implementations come from: built-ins, a decorator, and entry points.
+
+Third parties plug in without touching fuzzkit, pytest-style:
+
+* ``fuzzkit.targets`` entry points: ``name = "pkg.module:factory"`` (a zero-argument callable
+  returning a :class:`~fuzzkit.target.Target`, or a Target itself);
+* ``fuzzkit.implementations`` entry points: ``"<target>.<impl>" = "pkg.module:callable"`` adds an
+  implementation to an existing target;
+* ``--impl module:attr`` at the command line: a one-off outside implementation;
+* :func:`register_target` for code that runs in-process (tests, conftest files).
+
+Targets are built lazily and once per process: importing fuzzkit must not import torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+from typing import Any, Callable, Union
+
+from fuzzkit.errors import UsageError
+from fuzzkit.target import Implementation, Target
+
+TargetSource = Union[Target, Callable[[], Target], str]
+
+#: Targets shipped with fuzzkit, by "module:attr" so that nothing is imported until asked for.
+BUILTIN_TARGETS: dict[str, str] = {
+    "quant": "targets.quant:target",
+}
+
+_sources: dict[str, TargetSource] = {}
+_built: dict[str, Target] = {}
+_entry_points_loaded = False
+
+
+def register_target(name_or_source: Any = None, *, replace: bool = False) -> Any:
+    """Register a Target, or a factory, by decorator or by call.
+
+    ``@register_target("name")`` on a factory, ``@register_target`` on a factory whose Target
+    carries the name, or ``register_target(target)`` for a ready object.
+    """
+    if isinstance(name_or_source, Target):
+        _add(name_or_source.name, name_or_source, replace)
+        return name_or_source
+    if callable(name_or_source) and not isinstance(name_or_source, str):
+        factory = name_or_source
+        target = factory()
+        _add(target.name, target, replace)
+        return factory
+
+    def decorator(factory: Callable[[], Target]) -> Callable[[], Target]:
+        _add(name_or_source or factory.__name__, factory, replace)
+        return factory
+
+    return decorator
+
+
+def unregister_target(name: str) -> None:
+    _sources.pop(name, None)
+    _built.pop(name, None)
+
+
+def _add(name: str, source: TargetSource, replace: bool) -> None:
+    if name in _sources and not replace and _sources[name] is not source:
+        raise ValueError(f"a target named {name!r} is already registered")
+    _sources[name] = source
+    _built.pop(name, None)
+
+
+def _load_entry_points() -> None:
+    global _entry_points_loaded
+    if _entry_points_loaded:
+        return
+    _entry_points_loaded = True
+    for name, spec in BUILTIN_TARGETS.items():
+        _sources.setdefault(name, spec)
+    for ep in importlib.metadata.entry_points(group="fuzzkit.targets"):
+        _sources.setdefault(ep.name, ep.value)
+
+
+def target_names() -> list[str]:
+    _load_entry_points()
+    return sorted(_sources)
+
+
+def get_target(name: str) -> Target:
+    """The target called ``name``, with any entry-point implementations attached."""
+    _load_entry_points()
+    if name in _built:
+        return _built[name]
+    if name not in _sources:
+        known = ", ".join(target_names()) or "none"
+        raise UsageError(f"unknown target {name!r} (known: {known}); `fuzzkit list` shows them")
+    source = _sources[name]
+    if isinstance(source, str):
+        source = load_object(source, what=f"target {name!r}")
+    target = source if isinstance(source, Target) else source()
+    if not isinstance(target, Target):
+        raise UsageError(f"target {name!r} did not produce a fuzzkit Target (got "
+                         f"{type(target).__name__})")
+    for ep in importlib.metadata.entry_points(group="fuzzkit.implementations"):
+        target_name, _, impl_name = ep.name.partition(".")
+        if target_name == name and impl_name:
+            target.implementations[impl_name] = as_implementation(
+                load_object(ep.value, what=f"implementation {ep.name!r}"), impl_name)
+    _built[name] = target
+    return target
+
+
+def all_targets() -> list[Target]:
+    return [get_target(name) for name in target_names()]
+
+
+def load_object(spec: str, *, what: str = "object") -> Any:
+    """Import ``module:attr`` (attr may be dotted).  Errors become one-line UsageErrors."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise UsageError(f"{what}: {spec!r} is not of the form module:attr "
+                         "(e.g. mypkg.kernels:my_impl)")
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise UsageError(f"{what}: cannot import {module_name!r} ({exc}); is it installed and on "
+                         "PYTHONPATH?") from None
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise UsageError(f"{what}: module {module_name!r} has no attribute {attr!r}") from None
+    return obj
+
+
+def as_implementation(obj: Any, name: str) -> Implementation:
+    if isinstance(obj, Implementation):
+        return obj
+    if not callable(obj):
+        raise UsageError(f"implementation {name!r} is a {type(obj).__name__}, not a callable "
+                         "inputs -> outputs")
+    return Implementation(name=name, fn=obj, backend="external",
+                          description=(obj.__doc__ or "").strip().split("\n")[0])
+
+
+def resolve_implementation(target: Target, spec: str) -> Implementation:
+    """An implementation by registered name, or an outside one given as ``module:attr``."""
+    if ":" in spec:
+        return as_implementation(load_object(spec, what=f"--impl {spec}"), spec)
+    return target.implementation(spec)

@@ -1,0 +1,1 @@
+"""Shrinkers: Hypothesis for generated cases, ddmin for cases from anywhere else."""

@@ -1,0 +1,138 @@
+"""Delta debugging (Zeller's ddmin) and the case shrinker built on it.
+
+Hypothesis shrinks the cases it generates itself; a case that came from anywhere else (a corpus
+file, atheris bytes, a user's bug report) is shrunk here by dropping items from the target's
+``reducible`` inputs — the steps of a program, the rows of an array — while the failure keeps
+its signature.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Optional, Sequence, TypeVar
+
+import numpy as np
+
+from fuzzkit.case import Case
+from fuzzkit.failure import Failure
+from fuzzkit.runner import check_case
+from fuzzkit.target import Implementation, Inputs, Target
+
+T = TypeVar("T")
+
+
+def ddmin(items: Sequence[T], fails: Callable[[list[T]], bool]) -> list[T]:
+    """A 1-minimal sublist of ``items`` for which ``fails`` still holds.
+
+    ``fails(list(items))`` must be true.  Order is kept.  Results of ``fails`` are cached by the
+    chosen indices, since a test can be expensive (a kernel launch, a compile).
+    """
+    cache: dict[tuple[int, ...], bool] = {}
+
+    def test(indices: list[int]) -> bool:
+        key = tuple(indices)
+        if key not in cache:
+            cache[key] = fails([items[i] for i in indices])
+        return cache[key]
+
+    current = list(range(len(items)))
+    granularity = 2
+    while len(current) >= 2:
+        chunks = _split(current, granularity)
+        reduced = False
+        for chunk in chunks:  # try each subset
+            if len(chunk) < len(current) and test(chunk):
+                current, granularity, reduced = chunk, 2, True
+                break
+        if not reduced:
+            for chunk in chunks:  # then each complement
+                dropped = set(chunk)
+                complement = [i for i in current if i not in dropped]
+                if complement and test(complement):
+                    current, granularity, reduced = complement, max(granularity - 1, 2), True
+                    break
+        if not reduced:
+            if granularity >= len(current):
+                break
+            granularity = min(len(current), granularity * 2)
+    if len(current) == 1 and test([]):
+        current = []
+    return [items[i] for i in current]
+
+
+def _split(indices: list[int], parts: int) -> list[list[int]]:
+    size, extra = divmod(len(indices), parts)
+    out, start = [], 0
+    for k in range(parts):
+        end = start + size + (1 if k < extra else 0)
+        if end > start:
+            out.append(indices[start:end])
+        start = end
+    return out
+
+
+@dataclasses.dataclass
+class ShrinkResult:
+    case: Case
+    tests: int
+    before: dict[str, int]
+    after: dict[str, int]
+
+
+def shrink_case(target: Target, impl: Implementation, case: Case,
+                *, timeout: Optional[float] = None) -> ShrinkResult:
+    """Shrink a failing case along the target's reducible inputs, keeping its signature.
+
+    Raises ValueError when the case does not fail (nothing to shrink).
+    """
+    first = check_case(target, impl, case.inputs, timeout=timeout).failure
+    if first is None:
+        raise ValueError("the case passes; there is nothing to shrink")
+    signature = first.signature
+    inputs = dict(case.inputs)
+    tests = 0
+    last_failure: list[Failure] = [first]
+
+    def still_fails(candidate: Inputs) -> bool:
+        nonlocal tests
+        if target.validate is not None and target.validate(candidate) is not None:
+            return False
+        tests += 1
+        failure = check_case(target, impl, candidate, confirm=False, timeout=timeout).failure
+        if failure is not None and failure.signature == signature:
+            last_failure[0] = failure
+            return True
+        return False
+
+    groups = [(g,) if isinstance(g, str) else tuple(g) for g in target.reducible]
+    groups = [g for g in groups if all(k in inputs for k in g)]
+    before = {k: _length(inputs[k]) for g in groups for k in g}
+    changed = True
+    while changed:  # a cut in one input can enable a cut in another: repeat to a fixpoint
+        changed = False
+        for group in groups:
+            length = _length(inputs[group[0]])
+            keep = ddmin(list(range(length)),
+                         lambda idx, g=group: still_fails(_take(inputs, g, idx)))
+            if len(keep) < length:
+                inputs = _take(inputs, group, keep)
+                changed = True
+    final = check_case(target, impl, inputs, timeout=timeout).failure or last_failure[0]
+    shrunk = Case(target=case.target, implementation=case.implementation, inputs=inputs,
+                  seed=case.seed, failure=final, origin="shrink")
+    return ShrinkResult(shrunk, tests, before, {k: _length(inputs[k]) for k in before})
+
+
+def _length(value: object) -> int:
+    return int(value.shape[0]) if isinstance(value, np.ndarray) else len(value)  # type: ignore[arg-type]
+
+
+def _take(inputs: Inputs, keys: Sequence[str], indices: list[int]) -> Inputs:
+    out = dict(inputs)
+    for key in keys:
+        value = inputs[key]
+        if isinstance(value, np.ndarray):
+            out[key] = value[np.asarray(indices, dtype=np.int64)]
+        else:
+            out[key] = [value[i] for i in indices]
+    return out

@@ -1,0 +1,157 @@
+"""The one model everything reduces to: a Target is a contract for one component.
+
+A target names a Hypothesis strategy that makes ``inputs`` (a dict of JSON values and NumPy
+arrays), a ``reference`` (slow, obviously correct, float64), named ``implementations`` under
+test, an ``oracle`` that compares reference and implementation outputs, optional
+``properties`` that need only one implementation, and named ``mutants`` that prove the oracle
+and properties catch realistic bugs.
+
+Nothing here knows about engines, files or the command line; those live elsewhere and only
+call into these plain objects.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from typing import Any, Callable, ContextManager, Iterator, Mapping, Optional, Sequence
+
+from fuzzkit.failure import Failure
+
+Inputs = dict[str, Any]
+Outputs = Any
+Oracle = Callable[[Inputs, Outputs, Outputs], Optional[Failure]]
+#: A property runs one implementation (possibly several times, for metamorphic relations).
+PropertyCheck = Callable[[Callable[[Inputs], Outputs], Inputs], Optional[Failure]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Implementation:
+    """An implementation under test: a plain callable ``inputs -> outputs``.
+
+    ``backend`` says what it runs on ("numpy", "triton", "torch", "python", "external");
+    ``unavailable`` returns a one-line reason when it cannot run here (a missing optional
+    package), or None when it can.  ``fn`` is looked up by the runner at call time, so a mutant
+    that patches the module attribute behind it takes effect.
+    """
+
+    name: str
+    fn: Callable[[Inputs], Outputs]
+    backend: str = "python"
+    description: str = ""
+    unavailable: Callable[[], Optional[str]] = lambda: None
+
+    def __call__(self, inputs: Inputs) -> Outputs:
+        return self.fn(inputs)
+
+
+@dataclasses.dataclass(frozen=True)
+class Property:
+    """An invariant or metamorphic relation checked on one implementation's behaviour."""
+
+    name: str
+    check: PropertyCheck
+    description: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Mutant:
+    """A realistic bug, applied to one implementation by a context manager.
+
+    ``bug_class`` is a short phrase naming the real-world bug class and ``citation`` points at
+    the upstream issue or paper it is modelled on.  ``patch()`` returns a context manager; inside
+    it the implementation named by ``implementation`` behaves buggily.
+    """
+
+    name: str
+    implementation: str
+    bug_class: str
+    citation: str
+    patch: Callable[[], ContextManager[Any]]
+
+    @contextlib.contextmanager
+    def applied(self) -> Iterator[None]:
+        with self.patch():
+            yield
+
+
+@dataclasses.dataclass
+class Target:
+    """One component contract.  See the module docstring.
+
+    ``strategy`` is a zero-argument callable returning a Hypothesis strategy for ``inputs``; it is
+    a callable so that importing a target does not build strategies (or import heavy modules).
+
+    ``reducible`` names the input keys whose first axis (array rows, list items such as the steps
+    of a program) are independent enough for delta debugging to drop items; ``fuzzkit shrink``
+    uses it for cases that did not come from Hypothesis.  Stateful targets put their operation
+    list under ``"program"`` and list it here.
+    """
+
+    name: str
+    description: str
+    strategy: Callable[[], Any]
+    reference: Callable[[Inputs], Outputs]
+    implementations: dict[str, Implementation]
+    oracle: Oracle
+    properties: Sequence[Property] = ()
+    mutants: Sequence[Mutant] = ()
+    reducible: Sequence[str] = ()
+    validate: Optional[Callable[[Inputs], Optional[str]]] = None
+
+    def __post_init__(self) -> None:
+        names = [m.name for m in self.mutants]
+        if len(set(names)) != len(names):
+            raise ValueError(f"target {self.name}: duplicate mutant names {names}")
+        for m in self.mutants:
+            if m.implementation not in self.implementations:
+                raise ValueError(
+                    f"target {self.name}: mutant {m.name} patches unknown implementation "
+                    f"{m.implementation!r}"
+                )
+
+    def implementation(self, name: str) -> Implementation:
+        try:
+            return self.implementations[name]
+        except KeyError:
+            known = ", ".join(sorted(self.implementations)) or "none"
+            from fuzzkit.errors import UsageError
+
+            raise UsageError(
+                f"target {self.name!r} has no implementation {name!r} (known: {known}); "
+                "use --impl module:attr for an outside implementation"
+            ) from None
+
+    def mutant(self, name: str) -> Mutant:
+        for m in self.mutants:
+            if m.name == name:
+                return m
+        from fuzzkit.errors import UsageError
+
+        raise UsageError(f"target {self.name!r} has no mutant {name!r}")
+
+    def describe(self) -> Mapping[str, Any]:
+        """A JSON summary for ``fuzzkit list --json``."""
+        return {
+            "name": self.name,
+            "description": self.description,
+            "implementations": [
+                {
+                    "name": impl.name,
+                    "backend": impl.backend,
+                    "description": impl.description,
+                    "available": impl.unavailable() is None,
+                }
+                for impl in self.implementations.values()
+            ],
+            "properties": [p.name for p in self.properties],
+            "mutants": [
+                {
+                    "name": m.name,
+                    "implementation": m.implementation,
+                    "bug_class": m.bug_class,
+                    "citation": m.citation,
+                }
+                for m in self.mutants
+            ],
+        }

@@ -1,0 +1,28 @@
+"""Shared fixtures: the toy targets registered for the duration of a test session."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import pytest  # noqa: E402
+
+from fuzzkit import registry  # noqa: E402
+
+import toy_targets  # noqa: E402
+
+pytest_plugins = ["pytester"]
+
+registry.register_target("toy-dot", replace=True)(toy_targets.dot_target)
+registry.register_target("toy-alloc", replace=True)(toy_targets.alloc_target)
+
+
+@pytest.fixture
+def dot() -> registry.Target:
+    return registry.get_target("toy-dot")
+
+
+@pytest.fixture
+def alloc() -> registry.Target:
+    return registry.get_target("toy-alloc")
