@@ -95,19 +95,27 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from fuzzkit.registry import all_targets
+    from fuzzkit.registry import get_target, target_names
 
-    described = [t.describe() for t in all_targets()]
+    described, broken = [], []
+    for name in target_names():
+        try:  # one broken plug-in must not hide every other target
+            described.append(get_target(name).describe())
+        except FuzzkitError as exc:
+            broken.append(str(exc))
+    for message in broken:
+        print(f"fuzzkit: error: {message}", file=sys.stderr)
+    status = EXIT_USAGE if broken else EXIT_CLEAN
     if args.json:
         print(json.dumps(described, indent=2))
-        return EXIT_CLEAN
+        return status
     table = _table("target", "implementations", "properties", "mutants")
     for d in described:
         impls = ", ".join(f"{i['name']} ({i['backend']}{'' if i['available'] else ', unavailable'})"
                           for i in d["implementations"])
         table.add_row(d["name"], impls, str(len(d["properties"])), str(len(d["mutants"])))
     _print(table)
-    return EXIT_CLEAN
+    return status
 
 
 def cmd_run(args: argparse.Namespace) -> int:

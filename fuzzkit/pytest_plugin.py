@@ -129,24 +129,28 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if "fuzzkit_impl" not in metafunc.fixturenames:
+    """Provide ``fuzzkit_target`` and ``fuzzkit_impl`` as direct parameters.
+
+    Direct parameters rather than fixtures: a function-scoped fixture would trip Hypothesis's
+    health check in ``@given`` tests, and a Target is read-only, so sharing it is safe.
+    """
+    wants_target = "fuzzkit_target" in metafunc.fixturenames
+    wants_impl = "fuzzkit_impl" in metafunc.fixturenames
+    if not (wants_target or wants_impl):
         return
     target = _marked_target(metafunc.definition)
-    impls = [i for i in target.implementations.values() if i.unavailable() is None]
-    metafunc.parametrize("fuzzkit_impl", impls, ids=[i.name for i in impls])
+    if wants_target:
+        metafunc.parametrize("fuzzkit_target", [target], ids=[target.name])
+    if wants_impl:
+        impls = [i for i in target.implementations.values() if i.unavailable() is None]
+        metafunc.parametrize("fuzzkit_impl", impls, ids=[i.name for i in impls])
 
 
-def _marked_target(node: pytest.Item) -> Any:
+def _marked_target(node: Any) -> Any:
     from fuzzkit.registry import get_target
 
     marker = node.get_closest_marker("fuzzkit_target")
     if marker is None or not marker.args:
-        raise pytest.UsageError(f"{node.nodeid}: the fuzzkit_target fixture needs "
+        raise pytest.UsageError(f"{node.nodeid}: fuzzkit_target and fuzzkit_impl need "
                                 '@pytest.mark.fuzzkit_target("name")')
     return get_target(marker.args[0])
-
-
-@pytest.fixture
-def fuzzkit_target(request: pytest.FixtureRequest) -> Any:
-    """The Target named by the test's ``@pytest.mark.fuzzkit_target(name)`` marker."""
-    return _marked_target(request.node)

@@ -107,9 +107,6 @@ def get_target(name: str) -> Target:
     return target
 
 
-def all_targets() -> list[Target]:
-    return [get_target(name) for name in target_names()]
-
 
 def load_object(spec: str, *, what: str = "object") -> Any:
     """Import ``module:attr`` (attr may be dotted).  Errors become one-line UsageErrors."""

@@ -86,7 +86,12 @@ def _check_once(target: Target, impl: Implementation, inputs: Inputs, properties
                 raise
             except Exception as exc:  # noqa: BLE001
                 return Verdict(crash_failure(exc, where=impl.name), expected)
-            failure = target.oracle(inputs, expected, actual)
+            try:
+                failure = target.oracle(inputs, expected, actual)
+            except CaseTimeout:
+                raise
+            except Exception as exc:  # noqa: BLE001 - e.g. outputs of the wrong structure
+                return Verdict(crash_failure(exc, where="oracle"), expected, actual)
             if failure is None and properties:
                 guarded = _copying(impl.fn)
                 for prop in target.properties:
@@ -118,7 +123,8 @@ def crash_failure(exc: BaseException, *, where: str) -> Failure:
     return Failure(
         "crash",
         message,
-        f"crash:{'reference:' if where == 'reference' else ''}{type(exc).__name__}@{location}",
+        f"crash:{where + ':' if where in ('reference', 'oracle') else ''}"
+        f"{type(exc).__name__}@{location}",
         {"exception": type(exc).__name__, "where": where, "frame": location,
          "traceback": tb[-4000:]},
     )

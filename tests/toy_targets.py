@@ -169,3 +169,8 @@ def alloc_target() -> Target:
                         "vLLM #42571 (duplicate block in one free call)", _patch_alloc)],
         reducible=["program"],
     )
+
+
+def _outside_buggy(inputs: dict[str, Any]) -> dict[str, Any]:
+    """An implementation that lives outside fuzzkit, plugged in with --impl module:attr."""
+    return {"dot": np.array([_drops_last_term(inputs["a"], inputs["b"])], dtype=np.float32)}

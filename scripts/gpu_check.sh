@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The one GPU check: every Triton kernel against its float64 reference, then the kernel benchmarks.
+# With an NVIDIA GPU the kernels compile and run natively; without one the same checks run under
+# Triton's interpreter (TRITON_INTERPRET=1), so this script is exercised on every machine.
+#   scripts/gpu_check.sh            # uses python3 (or $PYTHON)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+export OMP_NUM_THREADS=1
+
+if "$PY" -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
+  mode=cuda
+  unset TRITON_INTERPRET
+  "$PY" -c "import torch, triton; print('gpu_check: native CUDA on', torch.cuda.get_device_name(0), '| torch', torch.__version__, '| triton', triton.__version__)"
+else
+  mode=interpreter
+  export TRITON_INTERPRET=1
+  "$PY" -c "import torch, triton; print('gpu_check: no GPU; Triton interpreter | torch', torch.__version__, '| triton', triton.__version__)"
+fi
+
+echo "== kernels against their references (pytest -m kernel, mode=$mode)"
+set +e
+"$PY" -m pytest -m kernel -q -p no:cacheprovider tests
+rc=$?
+set -e
+if [ "$rc" -eq 5 ]; then echo "gpu_check: no kernel tests were collected" >&2; exit 1; fi
+if [ "$rc" -ne 0 ]; then echo "gpu_check: kernel tests failed (rc=$rc)" >&2; exit "$rc"; fi
+
+for bench in benchmarks/kernel_*.py; do
+  [ -e "$bench" ] || continue
+  echo "== $bench (mode=$mode)"
+  "$PY" "$bench"
+done
+echo "gpu_check: done (mode=$mode)"
