@@ -35,6 +35,7 @@ def device() -> str:
 
 def unavailable() -> Optional[str]:
     """Why a Triton implementation cannot run here, or None."""
+    prepare()  # importing triton before choosing the interpreter would pin the native backend
     try:
         import torch  # noqa: F401
         import triton  # noqa: F401

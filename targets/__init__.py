@@ -1,0 +1,1 @@
+"""Components under test: one package per component, each declaring a fuzzkit Target."""

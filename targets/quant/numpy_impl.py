@@ -1,0 +1,171 @@
+"""Vectorized NumPy turbo8 / turbo16: fast Walsh--Hadamard butterflies, ``searchsorted`` codes.
+
+This is the optimized implementation the reference judges: it computes in float32 by default (as
+a vector database would), or in float64 when ``inputs["precision"] == "float64"`` -- which the
+orthogonality property uses to check the rotation to ~1e-12.  The codes and the float32 scale go
+through a packed byte layout (``pack``/``unpack``) exactly as they would be stored, so storage
+bugs (code width, scale width) are in the path under test.
+
+Every step is a module-level function and every call between them is a global lookup made at
+call time, so a mutant can replace one step with
+``unittest.mock.patch.object(numpy_impl, "rotate", buggy)`` and :func:`run` (and the Triton
+implementation, which reuses the encoder) picks the replacement up.
+
+The rotation parameters (permutations, signs) and the codebook tables come from
+:mod:`targets.quant.reference`: they are data that define the format, not computation.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from targets.quant import reference
+
+Plan = Sequence[tuple[np.ndarray, np.ndarray]]
+
+
+def working_dtype(inputs: Mapping[str, Any]) -> np.dtype:
+    """float32 unless the case asks for float64."""
+    precision = str(inputs.get("precision", "float32"))
+    if precision not in ("float32", "float64"):
+        raise ValueError(f"precision must be 'float32' or 'float64', got {precision!r}")
+    return np.dtype(precision)
+
+
+def fwht_blocks(x: np.ndarray, chunks: Sequence[int]) -> np.ndarray:
+    """Normalised Walsh--Hadamard transform of each power-of-two chunk along the last axis.
+
+    Butterflies in place on a copy: ``log2(c)`` levels of ``(a + b, a - b)``, then one multiply by
+    ``1/sqrt(c)`` per chunk (exact for ``c = 4^k``).  Sylvester ordering, like the reference.
+    """
+    out = np.array(x, copy=True)
+    offset = 0
+    for c in chunks:
+        block = np.ascontiguousarray(out[..., offset:offset + c])
+        lead = block.shape[:-1]
+        h = 1
+        while h < c:
+            pairs = block.reshape(*lead, c // (2 * h), 2, h)
+            a, b = pairs[..., 0, :], pairs[..., 1, :]
+            block = np.stack([a + b, a - b], axis=-2).reshape(*lead, c)
+            h *= 2
+        out[..., offset:offset + c] = block * out.dtype.type(1.0 / np.sqrt(c))
+        offset += c
+    return out
+
+
+def permute(x: np.ndarray, perm: np.ndarray) -> np.ndarray:
+    """The round's permutation as a gather: ``out[..., i] = x[..., perm[i]]``."""
+    return x[..., perm]
+
+
+def rotate(x: np.ndarray, plan: Plan) -> np.ndarray:
+    """Apply the rotation to the rows of ``x`` (keeps ``x``'s dtype)."""
+    chunks = reference.hadamard_chunks(x.shape[-1])
+    y = x
+    for perm, signs in plan:
+        y = permute(y, perm) * signs.astype(x.dtype)
+        y = fwht_blocks(y, chunks)
+    return y
+
+
+def rescale(y: np.ndarray) -> np.ndarray:
+    """``y * sqrt(D) / ||y||`` per row; zero rows map to zero (no division by zero)."""
+    dim = y.shape[-1]
+    norms = np.sqrt(np.sum(y * y, axis=-1, keepdims=True))
+    safe = np.where(norms > 0, norms, y.dtype.type(1))
+    return np.where(norms > 0, y * y.dtype.type(np.sqrt(dim)) / safe, y.dtype.type(0))
+
+
+def quantize(z: np.ndarray, boundaries: np.ndarray) -> np.ndarray:
+    """Codes: the number of boundaries ``<= z`` (``searchsorted(side='right')``)."""
+    return np.searchsorted(boundaries, z, side="right")
+
+
+def decode(codes: np.ndarray, centroids: np.ndarray) -> np.ndarray:
+    return centroids[codes.astype(np.intp)]
+
+
+def compute_scales(vectors: np.ndarray, decoded: np.ndarray) -> np.ndarray:
+    """``||v|| / ||c||`` per row (``||c|| > 0``: the codebooks have no zero centroid)."""
+    norm_v = np.sqrt(np.sum(vectors * vectors, axis=-1))
+    norm_c = np.sqrt(np.sum(decoded * decoded, axis=-1))
+    return norm_v / norm_c
+
+
+def pack(codes: np.ndarray, scales: np.ndarray, bits: int) -> np.ndarray:
+    """Stored layout, one row of bytes per vector: the codes (little-endian ``uint8``/``uint16``)
+    followed by the float32 scale."""
+    n = codes.shape[0]
+    code_bytes = np.ascontiguousarray(codes.astype(reference.codes_dtype(bits).newbyteorder("<")))
+    scale_bytes = scales.astype("<f4").reshape(n, 1)
+    return np.concatenate([code_bytes.view(np.uint8), scale_bytes.view(np.uint8)], axis=1)
+
+
+def unpack(buffer: np.ndarray, dim: int, bits: int) -> tuple[np.ndarray, np.ndarray]:
+    """Inverse of :func:`pack`: codes in their storage dtype and float32 scales."""
+    n = buffer.shape[0]
+    width = dim * bits // 8
+    dtype = reference.codes_dtype(bits).newbyteorder("<")
+    codes = np.ascontiguousarray(buffer[:, :width]).view(dtype).reshape(n, dim)
+    scales = np.ascontiguousarray(buffer[:, width:width + 4]).view("<f4").reshape(n)
+    return codes.astype(reference.codes_dtype(bits)), scales.astype(np.float32)
+
+
+def encode(
+    vectors: np.ndarray, plan: Plan, book: reference.Codebook, dtype: np.dtype
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Rotate, rescale, quantize and pack.  Returns ``(packed, rotated, codes)``."""
+    x = vectors.astype(dtype)
+    rotated = rotate(x, plan)
+    z = rescale(rotated)
+    codes = quantize(z, book.boundaries)
+    decoded = decode(codes, book.centroids.astype(dtype))
+    scales = compute_scales(x, decoded)
+    return pack(codes, scales, book.bits), rotated, codes
+
+
+def score(
+    rotated_queries: np.ndarray, codes: np.ndarray, scales: np.ndarray, centroids: np.ndarray
+) -> np.ndarray:
+    """Asymmetric scores ``scale_j * <Rq_i, c_j>``: rotated float query against decoded codes."""
+    decoded = decode(codes, centroids.astype(rotated_queries.dtype))
+    return (rotated_queries @ decoded.T) * scales.astype(rotated_queries.dtype)[None, :]
+
+
+def symmetric_scores(codes: np.ndarray, scales: np.ndarray, centroids: np.ndarray,
+                     dtype: np.dtype) -> np.ndarray:
+    """``scale_j scale_k <c_j, c_k>`` between stored vectors."""
+    decoded = decode(codes, centroids.astype(dtype)) * scales.astype(dtype)[:, None]
+    return decoded @ decoded.T
+
+
+def prepare_queries(queries: np.ndarray, plan: Plan, dtype: np.dtype) -> np.ndarray:
+    """Rotate the queries (they are not quantized: the asymmetric estimator)."""
+    return rotate(queries.astype(dtype), plan)
+
+
+def run(inputs: Mapping[str, Any]) -> dict[str, Any]:
+    """The NumPy implementation: ``inputs -> outputs`` (schema in the target's docstring)."""
+    dtype = working_dtype(inputs)
+    vectors = np.asarray(inputs["vectors"])
+    queries = np.asarray(inputs["queries"])
+    bits = int(inputs["bits"])
+    dim = vectors.shape[1]
+    plan = reference.rotation_plan(dim, int(inputs["rotation_seed"]))
+    book = reference.codebook(str(inputs["codebook"]), bits)
+
+    packed, rotated, _ = encode(vectors, plan, book, dtype)
+    codes, scales = unpack(packed, dim, bits)
+    rotated_queries = prepare_queries(queries, plan, dtype)
+    return {
+        "codes": codes,
+        "scales": scales,
+        "rotated_vectors": rotated,
+        "rotated_queries": rotated_queries,
+        "scores": score(rotated_queries, codes, scales, book.centroids),
+        "symmetric_scores": symmetric_scores(codes, scales, book.centroids, dtype),
+        "encoded_bytes": int(packed.shape[1]),
+    }

@@ -1,0 +1,115 @@
+"""The quant target's Triton scoring kernel: natively on a GPU, under TRITON_INTERPRET=1 without.
+
+Each test calls ``triton_support`` (through the kernel module) before Triton is imported, so the
+same tests run in CI without a GPU.  Sizes stay small: every interpreted program costs
+milliseconds.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import oracles
+from fuzzkit.runner import check_case
+from fuzzkit.target import Target
+from targets.quant import reference
+from targets.quant import target as make_target
+
+pytestmark = pytest.mark.kernel
+
+SETTINGS = dict(deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@pytest.fixture(scope="module")
+def quant() -> Target:
+    target = make_target()
+    reason = target.implementation("triton").unavailable()
+    if reason:
+        pytest.skip(reason)
+    return target
+
+
+def _kernel_case(m: int, n: int, dim: int, bits: int, seed: int = 0) -> tuple[Any, ...]:
+    rng = np.random.default_rng(seed)
+    queries = rng.standard_normal((m, dim)).astype(np.float32)
+    codes = rng.integers(0, 1 << bits, (n, dim)).astype(reference.codes_dtype(bits))
+    scales = rng.uniform(0.1, 2.0, n).astype(np.float32)
+    book = reference.codebook("lloyd_max", bits)
+    return queries, codes, scales, book.centroids
+
+
+@pytest.mark.parametrize(
+    "m, n, dim",
+    [(1, 1, 1), (3, 5, 7), (6, 40, 33), (17, 65, 80), (64, 64, 64), (70, 130, 96)],
+)
+@pytest.mark.parametrize("bits", [8, 16])
+def test_kernel_scores_match_float64(quant: Target, m: int, n: int, dim: int, bits: int) -> None:
+    """Ragged M, N and D, several programs per axis: within the float32 dot-product bound."""
+    from targets.quant import kernels
+
+    queries, codes, scales, centroids = _kernel_case(m, n, dim, bits, seed=m * n + dim)
+    got = kernels.score(queries, codes, scales, centroids)
+    decoded = centroids[codes.astype(np.int64)]
+    q = queries.astype(np.float64)
+    s = scales.astype(np.float64)[None, :]
+    expected = (q @ decoded.T) * s
+    magnitude = (np.abs(q) @ np.abs(decoded).T) * s
+    failure = oracles.close(expected, got, dtype="float32", reduction_length=dim + 2,
+                            magnitude=magnitude, name="kernel_scores")
+    assert failure is None, failure.message
+
+
+def test_kernel_widens_high_uint16_codes_without_sign_extension(quant: Target) -> None:
+    from targets.quant import kernels
+
+    book = reference.codebook("uniform", 16)
+    codes = np.full((2, 5), 65535, dtype=np.uint16)
+    codes[1] = 32768
+    got = kernels.score(np.ones((1, 5), np.float32), codes, np.ones(2, np.float32),
+                        book.centroids)
+    np.testing.assert_allclose(got[0], 5 * book.centroids[[65535, 32768]], rtol=1e-6)
+
+
+def test_kernel_handles_empty_blocks(quant: Target) -> None:
+    from targets.quant import kernels
+
+    queries, codes, scales, centroids = _kernel_case(0, 4, 8, 8)
+    assert kernels.score(queries, codes, scales, centroids).shape == (0, 4)
+
+
+@settings(max_examples=25, **SETTINGS)
+@given(st.data())
+def test_triton_agrees_with_reference(quant: Target, data: st.DataObject) -> None:
+    inputs = data.draw(quant.strategy())
+    failure = check_case(quant, quant.implementation("triton"), inputs).failure
+    assert failure is None, f"{failure.signature}: {failure.message}"
+
+
+def _case(dim: int, n: int = 12, m: int = 3, bits: int = 8) -> dict[str, Any]:
+    rng = np.random.default_rng(dim)
+    return {"bits": bits, "codebook": "lloyd_max", "rotation_seed": 7,
+            "vectors": rng.standard_normal((n, dim)).astype(np.float32),
+            "queries": rng.standard_normal((m, dim)).astype(np.float32)}
+
+
+def test_hoisted_mask_mutant_is_caught(quant: Target) -> None:
+    from test_quant import first_failure
+
+    with quant.mutant("hoisted-d-mask").applied():
+        failure = first_failure(quant, quant.implementation("triton"), max_examples=60)
+    assert failure is not None, "the hoisted-d-mask kernel escaped 60 generated cases"
+
+
+@pytest.mark.parametrize("dim, shows", [(16, False), (32, False), (64, False), (33, True),
+                                        (80, True)])
+def test_hoisted_mask_shows_only_on_a_ragged_later_block(quant: Target, dim: int,
+                                                         shows: bool) -> None:
+    impl = quant.implementation("triton")
+    with quant.mutant("hoisted-d-mask").applied():
+        failure = check_case(quant, impl, _case(dim), properties=False).failure
+    assert (failure is not None) == shows
