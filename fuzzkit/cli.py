@@ -66,6 +66,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds per mutant (default 30)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--save-regressions", type=Path, metavar="CORPUS",
+                   help="shrink each finding and save it under CORPUS/<target>/regressions/: it "
+                        "passes on the real implementation and fails if the bug comes back")
     return parser
 
 
@@ -80,6 +83,9 @@ def _positive_float(text: str) -> float:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    # Like `python -m`: --impl module:attr finds modules in the current directory.
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
     try:
         args = build_parser().parse_args(argv)
         return COMMANDS[args.command](args)
@@ -219,6 +225,7 @@ def cmd_shrink(args: argparse.Namespace) -> int:
 
 
 def cmd_mutants(args: argparse.Namespace) -> int:
+    from fuzzkit import corpus
     from fuzzkit.mutation import run_mutant
     from fuzzkit.registry import get_target, target_names
 
@@ -228,7 +235,11 @@ def cmd_mutants(args: argparse.Namespace) -> int:
         for mutant in target.mutants:
             if not args.json:
                 _status(f"mutant {target.name}/{mutant.name} ...")
-            results.append(run_mutant(target, mutant, budget=args.budget, seed=args.seed))
+            result = run_mutant(target, mutant, budget=args.budget, seed=args.seed,
+                                shrink=args.save_regressions is not None)
+            if result.finding is not None and args.save_regressions is not None:
+                corpus.save(result.finding, args.save_regressions, "regressions")
+            results.append(result)
     if args.json:
         print(json.dumps([r.to_json() for r in results], indent=2))
     else:

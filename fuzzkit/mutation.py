@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
+from fuzzkit.case import Case
 from fuzzkit.engines.hypothesis import fuzz
 from fuzzkit.target import Mutant, Target
 
@@ -25,16 +26,21 @@ class MutantResult:
     signature: Optional[str]
     cases: int
     skipped: Optional[str] = None
+    finding: Optional[Case] = dataclasses.field(default=None, repr=False)
 
     def to_json(self) -> dict[str, object]:
-        return dataclasses.asdict(self)
+        row = dataclasses.asdict(self)
+        row.pop("finding")
+        return row
 
 
-def run_mutant(target: Target, mutant: Mutant, *, budget: float, seed: int = 0) -> MutantResult:
+def run_mutant(target: Target, mutant: Mutant, *, budget: float, seed: int = 0,
+               shrink: bool = False) -> MutantResult:
     """Fuzz the mutated implementation until the first failure or the budget runs out.
 
-    No shrinking and no example database: this measures how fast the *search* finds the bug,
-    from a fixed seed, so the table is reproducible.
+    No example database: this measures how fast the *search* finds the bug, from a fixed seed,
+    so the table is reproducible.  ``shrink`` minimizes the finding (for saving it as a
+    regression case: it passes on the real implementation and fails if the bug comes back).
     """
     impl = target.implementation(mutant.implementation)
     base = dict(target=target.name, mutant=mutant.name, implementation=impl.name,
@@ -45,12 +51,16 @@ def run_mutant(target: Target, mutant: Mutant, *, budget: float, seed: int = 0) 
                             skipped=reason)
     with mutant.applied():
         result = fuzz(target, impl, budget=budget, seed=seed, profile="ci", database_dir=None,
-                      shrink=False)
-    failure = result.finding.failure if result.finding else None
+                      shrink=shrink)
+    finding = result.finding
+    if finding is not None:
+        finding = dataclasses.replace(finding, origin=f"mutant:{mutant.name}")
+    failure = finding.failure if finding else None
     return MutantResult(
         **base,
         detected=failure is not None,
         seconds=result.seconds_to_first_failure,
         signature=failure.signature if failure else None,
         cases=result.cases,
+        finding=finding,
     )

@@ -52,6 +52,9 @@ class FuzzResult:
     seconds_to_first_failure: Optional[float] = None
     cases_to_first_failure: Optional[int] = None
     other_signatures: dict[str, int] = dataclasses.field(default_factory=dict)
+    #: (Hypothesis seed, max_examples) of every @given chunk, in order: with these a run's
+    #: generated inputs can be regenerated exactly (the overhead benchmark does).
+    chunks: list[tuple[int, int]] = dataclasses.field(default_factory=list)
 
     @property
     def cases_per_second(self) -> float:
@@ -124,7 +127,9 @@ def fuzz(
         before_cases, before_time = result.cases, time.monotonic()
         test = given(strategy)(run_one)
         test = settings(max_examples=examples, phases=phases, **options)(test)
-        test = hypothesis.seed(seed * 1_000_003 + chunk)(test)
+        chunk_seed = seed * 1_000_003 + chunk
+        test = hypothesis.seed(chunk_seed)(test)
+        result.chunks.append((chunk_seed, examples))
         try:
             test()
         except _Found:
