@@ -174,3 +174,10 @@ def alloc_target() -> Target:
 def _outside_buggy(inputs: dict[str, Any]) -> dict[str, Any]:
     """An implementation that lives outside fuzzkit, plugged in with --impl module:attr."""
     return {"dot": np.array([_drops_last_term(inputs["a"], inputs["b"])], dtype=np.float32)}
+
+
+def plugged_dot_target() -> Target:
+    """``toy-dot`` under another name, as a third-party package would ship it."""
+    target = dot_target()
+    target.name = "plugged-dot"
+    return target

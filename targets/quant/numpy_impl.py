@@ -17,6 +17,7 @@ The rotation parameters (permutations, signs) and the codebook tables come from
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -147,25 +148,52 @@ def prepare_queries(queries: np.ndarray, plan: Plan, dtype: np.dtype) -> np.ndar
     return rotate(queries.astype(dtype), plan)
 
 
-def run(inputs: Mapping[str, Any]) -> dict[str, Any]:
-    """The NumPy implementation: ``inputs -> outputs`` (schema in the target's docstring)."""
+@dataclasses.dataclass(frozen=True)
+class Stored:
+    """What every implementation shares: the encoded vectors and the rotated queries."""
+
+    codes: np.ndarray
+    scales: np.ndarray
+    rotated: np.ndarray
+    rotated_queries: np.ndarray
+    centroids: np.ndarray
+    encoded_bytes: int
+    dtype: np.dtype
+
+
+def store(inputs: Mapping[str, Any]) -> Stored:
+    """Encode the case's vectors through the packed storage layout and rotate its queries."""
     dtype = working_dtype(inputs)
     vectors = np.asarray(inputs["vectors"])
-    queries = np.asarray(inputs["queries"])
-    bits = int(inputs["bits"])
     dim = vectors.shape[1]
+    bits = int(inputs["bits"])
     plan = reference.rotation_plan(dim, int(inputs["rotation_seed"]))
     book = reference.codebook(str(inputs["codebook"]), bits)
-
     packed, rotated, _ = encode(vectors, plan, book, dtype)
     codes, scales = unpack(packed, dim, bits)
-    rotated_queries = prepare_queries(queries, plan, dtype)
+    rotated_queries = prepare_queries(np.asarray(inputs["queries"]), plan, dtype)
+    return Stored(codes, scales, rotated, rotated_queries, book.centroids, int(packed.shape[1]),
+                  dtype)
+
+
+def outputs(stored: Stored, scores: np.ndarray, symmetric: np.ndarray) -> dict[str, Any]:
+    """The output record (schema in the target's docstring)."""
     return {
-        "codes": codes,
-        "scales": scales,
-        "rotated_vectors": rotated,
-        "rotated_queries": rotated_queries,
-        "scores": score(rotated_queries, codes, scales, book.centroids),
-        "symmetric_scores": symmetric_scores(codes, scales, book.centroids, dtype),
-        "encoded_bytes": int(packed.shape[1]),
+        "codes": stored.codes,
+        "scales": stored.scales,
+        "rotated_vectors": stored.rotated,
+        "rotated_queries": stored.rotated_queries,
+        "scores": scores,
+        "symmetric_scores": symmetric,
+        "encoded_bytes": stored.encoded_bytes,
     }
+
+
+def run(inputs: Mapping[str, Any]) -> dict[str, Any]:
+    """The NumPy implementation: ``inputs -> outputs`` (schema in the target's docstring)."""
+    s = store(inputs)
+    return outputs(
+        s,
+        score(s.rotated_queries, s.codes, s.scales, s.centroids),
+        symmetric_scores(s.codes, s.scales, s.centroids, s.dtype),
+    )
