@@ -26,6 +26,7 @@ TargetSource = Union[Target, Callable[[], Target], str]
 #: Targets shipped with fuzzkit, by "module:attr" so that nothing is imported until asked for.
 BUILTIN_TARGETS: dict[str, str] = {
     "quant": "targets.quant:target",
+    "paged_kv": "targets.paged_kv:target",
 }
 
 _sources: dict[str, TargetSource] = {}
@@ -140,5 +141,8 @@ def as_implementation(obj: Any, name: str) -> Implementation:
 def resolve_implementation(target: Target, spec: str) -> Implementation:
     """An implementation by registered name, or an outside one given as ``module:attr``."""
     if ":" in spec:
-        return as_implementation(load_object(spec, what=f"--impl {spec}"), spec)
+        obj = load_object(spec, what=f"--impl {spec}")
+        if target.adapt_external is not None:
+            return target.adapt_external(obj, spec)
+        return as_implementation(obj, spec)
     return target.implementation(spec)

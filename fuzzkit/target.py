@@ -98,6 +98,10 @@ class Target:
     mutants: Sequence[Mutant] = ()
     reducible: Sequence[str] = ()
     validate: Optional[Callable[[Inputs], Optional[str]]] = None
+    #: How an outside object given with ``--impl module:attr`` becomes an implementation; None
+    #: means it must already be a callable ``inputs -> outputs``.  Stateful targets use it to
+    #: accept a manager *class* and drive it through programs.
+    adapt_external: Optional[Callable[[Any, str], Implementation]] = None
 
     def __post_init__(self) -> None:
         names = [m.name for m in self.mutants]

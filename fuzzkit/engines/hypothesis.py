@@ -22,6 +22,7 @@ from hypothesis.errors import Flaky
 
 from fuzzkit.case import Case
 from fuzzkit.runner import check_case
+from fuzzkit.shrink.ddmin import shrink_case
 from fuzzkit.target import Implementation, Inputs, Target
 
 DEFAULT_DATABASE = Path(".fuzzkit") / "hypothesis"
@@ -156,7 +157,21 @@ def fuzz(
             failure=chased["failure"],
             origin="hypothesis",
         )
+        if shrink and target.reducible:
+            result.finding = _polish(target, impl, result.finding, case_timeout)
     return result
+
+
+def _polish(target: Target, impl: Implementation, finding: Case,
+            case_timeout: Optional[float]) -> Case:
+    """ddmin after Hypothesis: Hypothesis shrinks the *choices* behind a case, so structure its
+    strategy imposes (a prefill drawn as add+allocate+write+publish) survives; deleting single
+    program steps or array rows directly removes what the failure does not need."""
+    try:
+        shrunk = shrink_case(target, impl, finding, timeout=case_timeout).case
+    except ValueError:  # did not reproduce outside Hypothesis: keep what Hypothesis reported
+        return finding
+    return dataclasses.replace(shrunk, seed=finding.seed, origin="hypothesis+ddmin")
 
 
 def _safe_name(name: str) -> str:

@@ -1,0 +1,84 @@
+"""Target ``paged_kv``: paged KV cache managers driven by programs, judged semantically.
+
+Inputs::
+
+    config   {"num_blocks": N, "block_size": b, "sliding_window": w or null}
+    program  [{"op": "add", "rid": 0, "tokens": [...], "adapter": null, "salt": null},
+              {"op": "allocate", "rid": 0, "n": 4}, {"op": "write", "rid": 0},
+              {"op": "publish", "rid": 0}, {"op": "append", "rid": 0, "tokens": [...]},
+              {"op": "fork", "src": 0, "dst": 1}, {"op": "preempt"|"trim"|"finish", "rid": 0},
+              {"op": "reset"}, ...]
+
+Outputs: ``{"steps": [{"op", "result", "free"}...], "violation": null | {...}}`` — logical
+observations only (no block ids), plus the first violation of the semantic KV model or of the
+structural invariants (:mod:`.driver`).
+
+Implementations: ``optimized`` (vLLM v1 style, :mod:`.optimized`).  Your own manager plugs in
+with ``fuzzkit run paged_kv --impl your_module:YourManager`` (the protocol is
+:mod:`.protocol`; see the README for an adapter).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fuzzkit.target import Implementation, Target
+from targets.paged_kv import checks
+from targets.paged_kv.driver import run_program
+from targets.paged_kv.reference import ReferenceManager
+
+
+def manager_implementation(manager_class: Any, name: str, backend: str = "external",
+                           description: str = "") -> Implementation:
+    """An implementation that drives ``manager_class`` (the protocol) through each program."""
+    if not callable(manager_class):
+        from fuzzkit.errors import UsageError
+
+        raise UsageError(f"--impl {name}: expected a KV cache manager class (see "
+                         f"targets/paged_kv/protocol.py), got a {type(manager_class).__name__}")
+
+    def run(inputs: dict[str, Any]) -> dict[str, Any]:
+        return run_program(manager_class, inputs)
+
+    return Implementation(name, run, backend=backend,
+                          description=description or (manager_class.__doc__ or "").strip()
+                          .split("\n")[0])
+
+
+def _reference(inputs: dict[str, Any]) -> dict[str, Any]:
+    return run_program(ReferenceManager, inputs)
+
+
+def _optimized(inputs: dict[str, Any]) -> dict[str, Any]:
+    from targets.paged_kv.optimized import OptimizedManager
+
+    return run_program(OptimizedManager, inputs)
+
+
+def _strategy() -> Any:
+    from targets.paged_kv.strategies import inputs
+
+    return inputs()
+
+
+def target() -> Target:
+    """The ``paged_kv`` target (entry point ``targets.paged_kv:target``)."""
+    from targets.paged_kv.mutants import MUTANTS
+
+    return Target(
+        name="paged_kv",
+        description="paged KV cache managers: prefix caching, eviction, fork/CoW, windows; "
+                    "semantic KV oracle + structural invariants",
+        strategy=_strategy,
+        reference=_reference,
+        implementations={
+            "optimized": Implementation(
+                "optimized", _optimized, backend="python",
+                description="vLLM v1 style: linked LRU free queue, hash map, NumPy tables"),
+        },
+        oracle=checks.oracle,
+        mutants=MUTANTS,
+        reducible=("program",),
+        validate=checks.validate,
+        adapt_external=manager_implementation,
+    )

@@ -1,0 +1,52 @@
+"""The paged KV oracle: first violation of the semantic KV model or of the structure, else the
+first step whose logical observation differs from the reference.
+
+Whichever comes *first* in the program is reported: a divergence at step 3 explains a violation
+at step 9 better than the other way round.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import oracles
+from fuzzkit.failure import Failure
+
+
+def oracle(inputs: dict[str, Any], expected: dict[str, Any], actual: dict[str, Any]) -> Optional[Failure]:
+    ref_violation = expected["violation"]
+    if ref_violation is not None:
+        return Failure(
+            "invariant",
+            f"the reference manager itself broke {ref_violation['check']} at step "
+            f"{ref_violation['step']} ({ref_violation['op']}): {ref_violation['message']}",
+            f"invariant:paged_kv:reference:{ref_violation['check']}",
+            ref_violation,
+        )
+    violation = actual["violation"]
+    steps = actual["steps"]
+    expected_steps = expected["steps"][: len(steps)] if violation else expected["steps"]
+    diverged = oracles.trace(expected_steps, steps)
+    if diverged is not None or violation is None:
+        return diverged
+    step = inputs["program"][violation["step"]]
+    return Failure(
+        "invariant",
+        f"step {violation['step']} ({_show(step)}): {violation['check']}: {violation['message']}",
+        f"invariant:paged_kv:{violation['check']}:{violation['op']}",
+        {**violation, "operation": step},
+    )
+
+
+def _show(step: dict[str, Any]) -> str:
+    args = ", ".join(f"{k}={v}" for k, v in step.items() if k != "op")
+    return f"{step['op']}({args})"
+
+
+def validate(inputs: dict[str, Any]) -> Optional[str]:
+    config = inputs.get("config", {})
+    if config.get("num_blocks", 0) < 2 or config.get("block_size", 0) < 1:
+        return "config needs num_blocks >= 2 and block_size >= 1"
+    if not isinstance(inputs.get("program"), list):
+        return "program must be a list of operation records"
+    return None

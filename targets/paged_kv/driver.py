@@ -1,0 +1,249 @@
+"""Drive a KV cache manager through a program, with a semantic model of KV memory.
+
+The driver plays the model runner: it applies copy-on-write copies, *writes* KV for scheduled
+tokens through the manager's block table, and *reads* it back the way attention would.  What it
+writes into a slot is a **stamp**: the token prefix up to that position plus the request's extra
+keys — exactly what the key/value vector at that position is a function of.  A read of position
+``k`` by a request must find the stamp of *its own* prefix at ``k``.  That single check catches
+cross-request bleed, stale reads after eviction, wrong prefix hits, hash collisions and
+incomplete hash keys, in any manager, however it assigns physical blocks (block ids are never
+compared with the reference).
+
+Managers that expose :meth:`inspect` are also checked for the structural invariants after every
+step.  The first violation stops the program: what follows it is noise.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from typing import Any, Callable, Optional
+
+from targets.paged_kv.protocol import Allocation, Config
+
+Stamp = tuple[tuple[int, ...], Optional[int], Optional[int]]
+
+
+class Violation(Exception):
+    """A broken invariant, with a stable ``check`` name for the failure signature."""
+
+    def __init__(self, check: str, message: str) -> None:
+        super().__init__(message)
+        self.check = check
+
+
+@dataclasses.dataclass
+class _Shadow:
+    """What the driver knows about a request independently of the manager."""
+
+    tokens: list[int]
+    adapter: Optional[int]
+    salt: Optional[int]
+    pending: list[int] = dataclasses.field(default_factory=list)  # positions to write
+
+    def stamp(self, position: int) -> Stamp:
+        return (tuple(self.tokens[: position + 1]), self.adapter, self.salt)
+
+
+class Driver:
+    def __init__(self, manager: Any, config: Config) -> None:
+        self.manager = manager
+        self.config = config
+        self.b = config.block_size
+        self.memory: dict[int, Stamp] = {}  # slot -> stamp
+        self.requests: dict[int, _Shadow] = {}
+        self.inspectable = callable(getattr(manager, "inspect", None))
+
+    # ------------------------------------------------------------------ operations
+
+    def add(self, rid: int, tokens: list[int], adapter: Optional[int] = None,
+            salt: Optional[int] = None) -> Any:
+        result = self.manager.add_request(rid, list(tokens), adapter, salt)
+        if rid not in self.requests:
+            self.requests[rid] = _Shadow(list(tokens), adapter, salt)
+        return result
+
+    def allocate(self, rid: int, n: int) -> Any:
+        allocation: Optional[Allocation] = self.manager.allocate(rid, n)
+        if allocation is None:
+            return None
+        shadow = self.requests[rid]
+        for src, dst in allocation.copies:  # copy-on-write: the KV moves with the block
+            for s in range(self.b):
+                if src * self.b + s in self.memory:
+                    self.memory[dst * self.b + s] = self.memory[src * self.b + s]
+        start = allocation.computed
+        shadow.pending.extend(range(start, start + allocation.scheduled))
+        return {"computed": allocation.computed, "scheduled": allocation.scheduled}
+
+    def write(self, rid: int) -> Any:
+        """The forward pass: write the scheduled tokens' KV, read what attention reads."""
+        shadow = self.requests.get(rid)
+        if shadow is None:
+            return self.manager.commit(rid)
+        table = list(self.manager.block_table(rid))
+        for position in shadow.pending:
+            self.memory[self._slot(table, position, rid, "write")] = shadow.stamp(position)
+        for query in shadow.pending:
+            for key in self._window(query):
+                slot = self._slot(table, key, rid, "read")
+                found = self.memory.get(slot)
+                if found != shadow.stamp(key):
+                    raise Violation("kv-content", self._describe_bad_read(rid, key, query, slot,
+                                                                          found, shadow))
+        shadow.pending = []
+        return self.manager.commit(rid)
+
+    def publish(self, rid: int) -> Any:
+        return self.manager.publish(rid)
+
+    def append(self, rid: int, tokens: list[int]) -> Any:
+        result = self.manager.append(rid, list(tokens))
+        if result is not None and rid in self.requests:
+            self.requests[rid].tokens.extend(tokens)
+        return result
+
+    def fork(self, src: int, dst: int) -> Any:
+        result = self.manager.fork(src, dst)
+        if result and src in self.requests:
+            s = self.requests[src]
+            self.requests[dst] = _Shadow(list(s.tokens), s.adapter, s.salt)
+        return result
+
+    def preempt(self, rid: int) -> Any:
+        result = self.manager.preempt(rid)
+        if result and rid in self.requests:
+            self.requests[rid].pending = []
+        return result
+
+    def trim(self, rid: int) -> Any:
+        return self.manager.trim(rid)
+
+    def finish(self, rid: int) -> Any:
+        result = self.manager.finish(rid)
+        if result:
+            self.requests.pop(rid, None)
+        return result
+
+    def reset(self) -> Any:
+        return self.manager.reset_prefix_cache()
+
+    # ------------------------------------------------------------------ helpers
+
+    def _window(self, query: int) -> range:
+        w = self.config.sliding_window
+        return range(0 if w is None else max(0, query - w + 1), query + 1)
+
+    def _slot(self, table: list[int], position: int, rid: int, what: str) -> int:
+        index = position // self.b
+        if index >= len(table):
+            raise Violation(f"kv-{what}-no-block",
+                            f"request {rid} {what}s position {position}, but its block table has "
+                            f"only {len(table)} entries")
+        block = table[index]
+        if block == 0:
+            raise Violation(f"kv-{what}-null-block",
+                            f"request {rid} {what}s position {position} through the null block "
+                            f"(table entry {index})")
+        if not 0 < block < self.config.num_blocks:
+            raise Violation("kv-table-range", f"request {rid}: table entry {index} is block "
+                                              f"{block}, outside the pool")
+        return block * self.b + position % self.b
+
+    def _describe_bad_read(self, rid: int, key: int, query: int, slot: int,
+                           found: Optional[Stamp], shadow: _Shadow) -> str:
+        head = (f"request {rid} (query position {query}) reads position {key} from slot {slot} "
+                f"(block {slot // self.b})")
+        if found is None:
+            return f"{head}: nothing was ever written there"
+        tokens, adapter, salt = found
+        if tokens == tuple(shadow.tokens[: key + 1]):
+            return (f"{head}: same tokens but other extra keys (adapter={adapter}, salt={salt}; "
+                    f"expected adapter={shadow.adapter}, salt={shadow.salt})")
+        owner = [r for r, s in self.requests.items() if s.stamp(len(tokens) - 1) == found]
+        whose = f" (request {owner[0]}'s)" if owner else ""
+        return (f"{head}: it holds the KV of another prefix{whose}: position {len(tokens) - 1} "
+                f"of {list(tokens)}, expected {list(shadow.tokens[: key + 1])}")
+
+    # ------------------------------------------------------------------ structure
+
+    def check_structure(self) -> None:
+        if not self.inspectable:
+            return
+        state = self.manager.inspect()
+        check_structure(state, self.config)
+
+
+def check_structure(state: dict[str, Any], config: Config) -> None:
+    """The structural invariants of COMPONENTS.md §1 on an inspected manager state."""
+    ref_cnt: dict[int, int] = state["ref_cnt"]
+    queue: list[int] = state["free_queue"]
+    tables: dict[int, list[int]] = state["tables"]
+    block_hash: dict[int, Any] = state["block_hash"]
+    cached: dict[Any, list[int]] = state["cached"]
+    if 0 in queue or ref_cnt.get(0, 0):
+        raise Violation("null-block", "the null block 0 is in the free queue or counted as used")
+    if not config.sliding_window:
+        for rid, table in tables.items():
+            if 0 in table:
+                raise Violation("null-block", f"request {rid}'s table holds the null block "
+                                              "without a sliding window")
+    duplicates = [b for b, n in Counter(queue).items() if n > 1]
+    if duplicates:
+        raise Violation("free-queue-duplicate", f"blocks {duplicates} are in the free queue twice")
+    holders = Counter(b for table in tables.values() for b in table if b != 0)
+    for block in range(1, config.num_blocks):
+        if ref_cnt.get(block, 0) != holders.get(block, 0):
+            raise Violation("ref-cnt-holders", f"block {block}: ref_cnt {ref_cnt.get(block, 0)} but "
+                                               f"{holders.get(block, 0)} table entries hold it")
+        in_queue = block in queue
+        if (ref_cnt.get(block, 0) == 0) != in_queue:
+            raise Violation("ref-cnt-free-queue",
+                            f"block {block}: ref_cnt {ref_cnt.get(block, 0)} but "
+                            f"{'in' if in_queue else 'not in'} the free queue")
+    used = sum(1 for b in range(1, config.num_blocks) if ref_cnt.get(b, 0) > 0)
+    if len(queue) + used + 1 != config.num_blocks:
+        raise Violation("block-count", f"free {len(queue)} + used {used} + null 1 != "
+                                       f"{config.num_blocks} blocks")
+    for h, blocks in cached.items():
+        for b in blocks:
+            if block_hash.get(b) != h:
+                raise Violation("stale-hash", f"block {b} is cached under hash {h:#x} but carries "
+                                              f"{block_hash.get(b)!r} (evicted blocks must lose "
+                                              "their hash)")
+    listed = {b for blocks in cached.values() for b in blocks}
+    for b, h in block_hash.items():
+        if h is not None and b not in listed:
+            raise Violation("stale-hash", f"block {b} keeps hash {h:#x} but is not in the cache")
+    for rid, table in tables.items():
+        tokens = state["tokens_in_table"].get(rid, 0)
+        expected = -(-tokens // config.block_size)
+        if len(table) != expected:
+            raise Violation("table-length", f"request {rid}: block table has {len(table)} entries "
+                                            f"for {tokens} tokens (expected {expected})")
+
+
+OPS: dict[str, Callable[..., Any]] = {
+    name: getattr(Driver, name)
+    for name in ("add", "allocate", "write", "publish", "append", "fork", "preempt", "trim",
+                 "finish", "reset")
+}
+
+
+def run_program(manager_factory: Callable[[Config], Any], inputs: dict[str, Any]) -> dict[str, Any]:
+    """``inputs -> {"steps": [...], "violation": None | {...}}`` for one manager class."""
+    config = Config.from_json(inputs["config"])
+    driver = Driver(manager_factory(config), config)
+    steps: list[dict[str, Any]] = []
+    for index, step in enumerate(inputs["program"]):
+        op = step["op"]
+        arguments = {k: v for k, v in step.items() if k != "op"}
+        try:
+            result = OPS[op](driver, **arguments)
+            driver.check_structure()
+        except Violation as violation:
+            return {"steps": steps, "violation": {"step": index, "op": op,
+                                                   "check": violation.check,
+                                                   "message": str(violation)}}
+        steps.append({"op": op, "result": result, "free": driver.manager.num_free_blocks()})
+    return {"steps": steps, "violation": None}

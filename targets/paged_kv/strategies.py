@@ -1,0 +1,95 @@
+"""Programs for the paged KV target: small pools, shared prefixes, lengths at block edges.
+
+Bugs in KV cache managers live at edges: a prompt of exactly ``k*b`` tokens (full-prompt hits),
+``k*b ± 1`` (off-by-one block counts), a pool small enough that every allocation evicts, two
+requests sharing a document prefix (hits), the same tokens under another adapter or salt
+(incomplete keys), forks followed by divergent decoding (copy-on-write), windows (trimming).
+The strategy aims every draw at one of those edges.  A program is a flat list of operation
+records, so Hypothesis shrinks it by deleting steps.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import strategies as st
+
+TOKENS = st.integers(0, 3)  # a tiny vocabulary: prefixes repeat, weak hashes collide
+RIDS = st.integers(0, 2)
+
+
+def _edge_length(block_size: int, max_blocks: int = 5) -> st.SearchStrategy[int]:
+    """Lengths at ``k*b - 1``, ``k*b`` and ``k*b + 1`` mostly, anything up to the max sometimes."""
+    edge = st.builds(lambda k, d: max(1, k * block_size + d),
+                     st.integers(1, max_blocks), st.sampled_from([-1, 0, 0, 1]))
+    return st.one_of(edge, edge, edge, st.integers(1, max_blocks * block_size + 1))
+
+
+def _ops(block_size: int, documents: list[list[int]]) -> st.SearchStrategy[list[dict[str, Any]]]:
+    b = block_size
+
+    def prompt(doc_index: int, cut: int, suffix: list[int]) -> list[int]:
+        return documents[doc_index][:cut] + suffix
+
+    prompts = st.builds(prompt, st.integers(0, len(documents) - 1), _edge_length(b),
+                        st.lists(TOKENS, max_size=b + 1))
+    extra = st.sampled_from([None, None, None, None, 0, 1])
+    add = st.builds(lambda r, t, a, s: [{"op": "add", "rid": r, "tokens": t, "adapter": a,
+                                         "salt": s}],
+                    RIDS, prompts.filter(bool), extra, extra)
+    sizes = st.sampled_from(sorted({1, max(1, b - 1), b, b + 1, 2 * b, 4 * b + 1}))
+
+    def serve(rid: int, tokens: list[int], adapter: Any, salt: Any) -> list[dict[str, Any]]:
+        """A whole prefill: the common path, and what makes later prompts hit."""
+        return [{"op": "add", "rid": rid, "tokens": tokens, "adapter": adapter, "salt": salt},
+                {"op": "allocate", "rid": rid, "n": len(tokens)}, {"op": "write", "rid": rid},
+                {"op": "publish", "rid": rid}]
+
+    serve_ = st.builds(serve, RIDS, prompts.filter(bool), extra, extra)
+    # a finished request leaves its published blocks cached: the next prompt can hit them
+    served_and_done = st.builds(lambda ops: ops + [{"op": "finish", "rid": ops[0]["rid"]}],
+                                serve_)
+    step = st.builds(lambda r, n, publish: [{"op": "allocate", "rid": r, "n": n},
+                                            {"op": "write", "rid": r}]
+                     + ([{"op": "publish", "rid": r}] if publish else []),
+                     RIDS, sizes, st.booleans())
+    decode = st.builds(lambda r, t: [{"op": "append", "rid": r, "tokens": t},
+                                     {"op": "allocate", "rid": r, "n": len(t)},
+                                     {"op": "write", "rid": r}, {"op": "trim", "rid": r},
+                                     {"op": "publish", "rid": r}],
+                       RIDS, st.lists(TOKENS, min_size=1, max_size=b + 1))
+    single = st.builds(lambda op, r: [{"op": op, "rid": r}],
+                       st.sampled_from(["write", "publish", "preempt", "trim", "finish"]), RIDS)
+    # an allocation whose write comes later (or never): the bugs that live between scheduling
+    # and the forward pass (a hash published before the KV is written)
+    allocate_only = st.builds(lambda r, n: [{"op": "allocate", "rid": r, "n": n}], RIDS, sizes)
+    append = st.builds(lambda r, t: [{"op": "append", "rid": r, "tokens": t}],
+                       RIDS, st.lists(TOKENS, min_size=1, max_size=b + 1))
+    fork = st.builds(lambda s, d: [{"op": "fork", "src": s, "dst": d}], RIDS, RIDS)
+    reset = st.just([{"op": "reset"}])
+    # Weighted choice by an integer draw (one_of does not weight, and Hypothesis favours the
+    # ends of a range, so both ends are the common path and the cache-wiping reset is rare).
+    table = [(20, serve_), (15, served_and_done), (8, add), (15, step), (12, decode),
+             (10, single), (5, allocate_only), (5, append), (8, fork), (1, reset), (1, serve_)]
+    cumulative, bound = [], 0
+    for weight, strategy in table:
+        bound += weight
+        cumulative.append((bound, strategy))
+    return st.integers(0, bound - 1).flatmap(
+        lambda k: next(strategy for upper, strategy in cumulative if k < upper))
+
+
+@st.composite
+def inputs(draw: st.DrawFn, max_steps: int = 60) -> dict[str, Any]:
+    block_size = draw(st.integers(1, 4))
+    num_blocks = draw(st.integers(3, 16))
+    windowed = draw(st.integers(0, 9)) >= 6  # about a third of the pools use a sliding window
+    window = draw(st.integers(1, 3 * block_size + 1)) if windowed else None
+    documents = draw(st.lists(st.lists(TOKENS, min_size=6 * block_size, max_size=6 * block_size),
+                              min_size=1, max_size=2))
+    chunks = draw(st.lists(_ops(block_size, documents), min_size=1, max_size=max_steps // 3))
+    return {
+        "config": {"num_blocks": num_blocks, "block_size": block_size,
+                   "sliding_window": window},
+        "program": [op for chunk in chunks for op in chunk][:max_steps],
+    }
