@@ -66,6 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds per mutant (default 30)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--shrink", action="store_true",
+                   help="minimize each finding and report its size (program steps, rows)")
     p.add_argument("--save-regressions", type=Path, metavar="CORPUS",
                    help="shrink each finding and save it under CORPUS/<target>/regressions/: it "
                         "passes on the real implementation and fails if the bug comes back")
@@ -236,20 +238,23 @@ def cmd_mutants(args: argparse.Namespace) -> int:
             if not args.json:
                 _status(f"mutant {target.name}/{mutant.name} ...")
             result = run_mutant(target, mutant, budget=args.budget, seed=args.seed,
-                                shrink=args.save_regressions is not None)
+                                shrink=args.shrink or args.save_regressions is not None)
             if result.finding is not None and args.save_regressions is not None:
                 corpus.save(result.finding, args.save_regressions, "regressions")
             results.append(result)
     if args.json:
         print(json.dumps([r.to_json() for r in results], indent=2))
     else:
-        table = _table("target", "mutant", "bug class", "detected", "seconds", "signature")
+        table = _table("target", "mutant", "bug class", "detected", "seconds", "signature",
+                       *(["minimized"] if args.shrink else []))
         for r in results:
             detected = ("[yellow]skipped[/]" if r.skipped else
                         "[green]yes[/]" if r.detected else "[red]NO[/]")
             table.add_row(r.target, r.mutant, f"{r.bug_class}\n[dim]{r.citation}[/]", detected,
                           f"{r.seconds:.2f}" if r.seconds is not None else "-",
-                          r.signature or (r.skipped or "-"))
+                          r.signature or (r.skipped or "-"),
+                          *([", ".join(f"{k} {v}" for k, v in (r.minimized or {}).items())]
+                            if args.shrink else []))
         _print(table)
         caught = sum(r.detected for r in results)
         print(f"{caught}/{len(results)} mutants detected")

@@ -26,6 +26,8 @@ class MutantResult:
     signature: Optional[str]
     cases: int
     skipped: Optional[str] = None
+    #: With ``shrink``: the length of each reducible input of the minimized case.
+    minimized: Optional[dict[str, int]] = None
     finding: Optional[Case] = dataclasses.field(default=None, repr=False)
 
     def to_json(self) -> dict[str, object]:
@@ -62,5 +64,12 @@ def run_mutant(target: Target, mutant: Mutant, *, budget: float, seed: int = 0,
         seconds=result.seconds_to_first_failure,
         signature=failure.signature if failure else None,
         cases=result.cases,
+        minimized=_sizes(target, finding) if shrink and finding is not None else None,
         finding=finding,
     )
+
+
+def _sizes(target: Target, case: Case) -> dict[str, int]:
+    keys = [k for group in target.reducible
+            for k in ((group,) if isinstance(group, str) else group)]
+    return {k: len(case.inputs[k]) for k in keys if k in case.inputs}
