@@ -13,7 +13,9 @@ Outputs: ``{"steps": [{"op", "result", "free"}...], "violation": null | {...}}``
 observations only (no block ids), plus the first violation of the semantic KV model or of the
 structural invariants (:mod:`.driver`).
 
-Implementations: ``optimized`` (vLLM v1 style, :mod:`.optimized`).  Your own manager plugs in
+Implementations: ``optimized`` (vLLM v1 style, :mod:`.optimized`) and ``guarded`` (the same
+manager under KVGuard, every forward pass through the guarded Triton kernels,
+:mod:`.kernel_driver`).  Your own manager plugs in
 with ``fuzzkit run paged_kv --impl your_module:YourManager`` (the protocol is
 :mod:`.protocol`; see the README for an adapter).
 """
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from fuzzkit import triton_support
 from fuzzkit.target import Implementation, Target
 from targets.paged_kv import checks
 from targets.paged_kv.driver import run_program
@@ -55,6 +58,12 @@ def _optimized(inputs: dict[str, Any]) -> dict[str, Any]:
     return run_program(OptimizedManager, inputs)
 
 
+def _guarded(inputs: dict[str, Any]) -> dict[str, Any]:
+    from targets.paged_kv.optimized import OptimizedManager
+
+    return run_program(OptimizedManager, inputs, guarded=True)
+
+
 def _strategy() -> Any:
     from targets.paged_kv.strategies import inputs
 
@@ -63,7 +72,7 @@ def _strategy() -> Any:
 
 def target() -> Target:
     """The ``paged_kv`` target (entry point ``targets.paged_kv:target``)."""
-    from targets.paged_kv.mutants import MUTANTS
+    from targets.paged_kv.mutants import DEVICE_MUTANTS, MUTANTS
 
     return Target(
         name="paged_kv",
@@ -75,9 +84,14 @@ def target() -> Target:
             "optimized": Implementation(
                 "optimized", _optimized, backend="python",
                 description="vLLM v1 style: linked LRU free queue, hash map, NumPy tables"),
+            "guarded": Implementation(
+                "guarded", _guarded, backend="triton",
+                description="the optimized manager under KVGuard, forward passes through the "
+                            "guarded Triton write and paged-attention kernels",
+                unavailable=triton_support.unavailable),
         },
         oracle=checks.oracle,
-        mutants=MUTANTS,
+        mutants=[*MUTANTS, *DEVICE_MUTANTS],
         reducible=("program",),
         validate=checks.validate,
         adapt_external=manager_implementation,

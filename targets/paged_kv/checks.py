@@ -30,10 +30,11 @@ def oracle(inputs: dict[str, Any], expected: dict[str, Any], actual: dict[str, A
     if diverged is not None or violation is None:
         return diverged
     step = inputs["program"][violation["step"]]
+    kind = violation.get("kind", "invariant")
     return Failure(
-        "invariant",
+        kind,
         f"step {violation['step']} ({_show(step)}): {violation['check']}: {violation['message']}",
-        f"invariant:paged_kv:{violation['check']}:{violation['op']}",
+        f"{kind}:paged_kv:{violation['check']}:{violation['op']}",
         {**violation, "operation": step},
     )
 

@@ -68,13 +68,17 @@ class Driver:
         if allocation is None:
             return None
         shadow = self.requests[rid]
-        for src, dst in allocation.copies:  # copy-on-write: the KV moves with the block
-            for s in range(self.b):
-                if src * self.b + s in self.memory:
-                    self.memory[dst * self.b + s] = self.memory[src * self.b + s]
+        for src, dst in allocation.copies:
+            self.copy_block(src, dst)
         start = allocation.computed
         shadow.pending.extend(range(start, start + allocation.scheduled))
         return {"computed": allocation.computed, "scheduled": allocation.scheduled}
+
+    def copy_block(self, src: int, dst: int) -> None:
+        """Copy-on-write: the KV moves with the block."""
+        for s in range(self.b):
+            if src * self.b + s in self.memory:
+                self.memory[dst * self.b + s] = self.memory[src * self.b + s]
 
     def write(self, rid: int) -> Any:
         """The forward pass: write the scheduled tokens' KV, read what attention reads."""
@@ -93,6 +97,13 @@ class Driver:
                                                                           found, shadow))
         shadow.pending = []
         return self.manager.commit(rid)
+
+    def forward(self) -> Any:
+        """One forward pass over every request with scheduled tokens, in request-id order."""
+        return [[rid, self.write(rid)] for rid in self._pending_rids()]
+
+    def _pending_rids(self) -> list[int]:
+        return sorted(rid for rid, shadow in self.requests.items() if shadow.pending)
 
     def publish(self, rid: int) -> Any:
         return self.manager.publish(rid)
@@ -223,27 +234,51 @@ def check_structure(state: dict[str, Any], config: Config) -> None:
                                             f"for {tokens} tokens (expected {expected})")
 
 
-OPS: dict[str, Callable[..., Any]] = {
-    name: getattr(Driver, name)
-    for name in ("add", "allocate", "write", "publish", "append", "fork", "preempt", "trim",
-                 "finish", "reset")
-}
+#: Program operations: methods of the driver (looked up on the instance, so a subclass such as
+#: the kernel driver can override them).
+OPS = ("add", "allocate", "write", "forward", "publish", "append", "fork", "preempt", "trim",
+       "finish", "reset")
 
 
-def run_program(manager_factory: Callable[[Config], Any], inputs: dict[str, Any]) -> dict[str, Any]:
-    """``inputs -> {"steps": [...], "violation": None | {...}}`` for one manager class."""
+def run_program(manager_factory: Callable[..., Any], inputs: dict[str, Any], *,
+                guarded: bool = False) -> dict[str, Any]:
+    """``inputs -> {"steps": [...], "violation": None | {...}}`` for one manager class.
+
+    ``guarded``: the manager gets a :class:`~oracles.kvguard.KVGuard` (it must accept
+    ``guard=``) and every forward pass runs the guarded Triton kernels
+    (:class:`~targets.paged_kv.kernel_driver.KernelDriver`).
+    """
+    from oracles.kvguard import GuardViolation, KVGuard
+
     config = Config.from_json(inputs["config"])
-    driver = Driver(manager_factory(config), config)
+    guard = None
+    if guarded:
+        from targets.paged_kv.kernel_driver import KernelDriver
+
+        guard = KVGuard(config.num_blocks, config.block_size,
+                        sliding_window=config.sliding_window)
+        driver: Driver = KernelDriver(manager_factory(config, guard=guard), config, guard)
+    else:
+        driver = Driver(manager_factory(config), config)
     steps: list[dict[str, Any]] = []
     for index, step in enumerate(inputs["program"]):
         op = step["op"]
         arguments = {k: v for k, v in step.items() if k != "op"}
+        if guard is not None:
+            guard.step = index
         try:
-            result = OPS[op](driver, **arguments)
+            if op not in OPS:
+                raise ValueError(f"program step uses unknown operation {op!r}")
+            result = getattr(driver, op)(**arguments)
             driver.check_structure()
         except Violation as violation:
-            return {"steps": steps, "violation": {"step": index, "op": op,
+            return {"steps": steps, "violation": {"kind": "invariant", "step": index, "op": op,
                                                    "check": violation.check,
+                                                   "message": str(violation)}}
+        except GuardViolation as violation:
+            return {"steps": steps, "violation": {"kind": "guard", "step": index, "op": op,
+                                                   "check": f"{violation.check_class}/"
+                                                            f"{violation.check}",
                                                    "message": str(violation)}}
         steps.append({"op": op, "result": result, "free": driver.manager.num_free_blocks()})
     return {"steps": steps, "violation": None}

@@ -34,6 +34,7 @@ import numpy as np
 
 from targets.paged_kv import hashing
 from targets.paged_kv.hashing import BlockHash, ExtraKeys
+from oracles.kvguard import NULL_GUARD
 from targets.paged_kv.protocol import Allocation, Config
 
 __all__ = ["KVCacheBlock", "FreeKVCacheBlockQueue", "OptimizedManager"]
@@ -155,7 +156,7 @@ class OptimizedManager:
     INITIAL_ROWS = 8
     INITIAL_BLOCKS_PER_ROW = 8
 
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, guard: Any = NULL_GUARD) -> None:
         if config.num_blocks < 1 or config.block_size < 1:
             raise ValueError(f"bad config {config}")
         if config.sliding_window is not None and config.sliding_window < 1:
@@ -172,6 +173,11 @@ class OptimizedManager:
         self.tables = np.zeros((self.INITIAL_ROWS, self.INITIAL_BLOCKS_PER_ROW), dtype=np.int32)
         self.row_lens = np.zeros(self.INITIAL_ROWS, dtype=np.int64)
         self.free_rows: list[int] = list(range(self.INITIAL_ROWS - 1, -1, -1))
+        # KVGuard events (oracles/kvguard.py): the primitives below report every block handed
+        # out, shared, released, published and evicted, on behalf of ``_actor`` (the request
+        # the current operation serves).  With the guard off these are empty calls.
+        self.guard = guard
+        self._actor = -1
 
     # ================================================================== public operations
 
@@ -191,6 +197,7 @@ class OptimizedManager:
         req = self.requests.get(rid)
         if req is None:
             return None
+        self._actor = rid
         admitting = self._holds_no_blocks(req)
         hits = self._find_hits(req) if admitting else []
         computed = len(hits) * self.block_size if admitting else req.computed
@@ -202,6 +209,7 @@ class OptimizedManager:
         if not self._fits(hits, num_taken):
             return None
         if admitting:
+            self.guard.on_hits(rid, [block.block_id for block in hits])
             self._pin(hits)
             self._append_table(req, [block.block_id for block in hits])
             req.computed = computed
@@ -211,6 +219,7 @@ class OptimizedManager:
         if copy is not None:
             copies.append(copy)
         self._allocate_new_blocks(req, num_new)
+        self.guard.on_step_end(rid)
         start = req.computed + req.pending
         req.pending += scheduled
         # ``computed`` is the first position scheduled now (computed + still-pending tokens):
@@ -264,6 +273,7 @@ class OptimizedManager:
         req = self.requests.get(rid)
         if req is None:
             return None
+        self._actor = rid
         self._release_blocks(self._table_blocks(req))
         self._reset_row(req.row)
         req.computed = req.pending = 0
@@ -276,6 +286,7 @@ class OptimizedManager:
             return None
         if self.sliding_window is None:
             return 0
+        self._actor = rid
         removed = self._remove_out_of_window(req)
         self._release_blocks(removed)
         return len(removed)
@@ -284,6 +295,7 @@ class OptimizedManager:
         req = self.requests.get(rid)
         if req is None:
             return None
+        self._actor = rid
         self._release_blocks(self._table_blocks(req))
         del self.requests[rid]
         self._release_row(req.row)
@@ -301,6 +313,18 @@ class OptimizedManager:
         if req is None:
             return []
         return self.tables[req.row, :self.row_lens[req.row]].tolist()
+
+    def slot_mapping(self, rid: int, positions: Sequence[int]) -> np.ndarray:
+        """Slots of ``positions`` through the NumPy table, vectorized (vLLM computes this on the
+        host for every scheduled token): ``table[p // b] * b + p % b``."""
+        req = self.requests[rid]
+        pos = np.asarray(positions, dtype=np.int64)
+        row = self.tables[req.row]
+        return row[pos // self.block_size].astype(np.int64) * self.block_size + pos % self.block_size
+
+    def launch_table(self, rid: int) -> list[int]:
+        """The table a kernel launch gets (the "device" copy): the NumPy row itself."""
+        return self.block_table(rid)
 
     def num_free_blocks(self) -> int:
         """O(1): the free queue keeps its own count."""
@@ -415,6 +439,7 @@ class OptimizedManager:
             if block.ref_cnt == 0:
                 self.free_queue.remove(block)
             block.ref_cnt += 1
+            self.guard.on_share(self._actor, block.block_id)
 
     def _evict(self, block: KVCacheBlock) -> None:
         """Drop a block being reused from the cached map and clear its hash.  Patch to keep the
@@ -428,6 +453,7 @@ class OptimizedManager:
             if not candidates:
                 del self.cached[block_hash]
         block.block_hash = None
+        self.guard.on_evict(block.block_id)
 
     def _take_free_block(self) -> KVCacheBlock:
         """Pop the front of the free queue, evict it if it still has a hash, hand it out with
@@ -436,6 +462,7 @@ class OptimizedManager:
         if block.block_hash is not None:
             self._evict(block)
         block.ref_cnt += 1
+        self.guard.on_allocate(self._actor, block.block_id)
         return block
 
     def _cow_if_shared(self, req: _Request, scheduled: int) -> Optional[tuple[int, int]]:
@@ -450,6 +477,7 @@ class OptimizedManager:
         new = self._take_free_block()
         self._set_table_entry(req, index, new.block_id)
         old.ref_cnt -= 1
+        self.guard.on_release(self._actor, old.block_id)
         return (old.block_id, new.block_id)
 
     def _allocate_new_blocks(self, req: _Request, count: int) -> None:
@@ -478,6 +506,7 @@ class OptimizedManager:
         block_hash = self._block_hash(req, index)
         block.block_hash = block_hash
         self.cached.setdefault(block_hash, {})[block.block_id] = block
+        self.guard.on_publish(block.block_id, block_hash)
 
     # ================================================================== free
 
@@ -492,6 +521,7 @@ class OptimizedManager:
         """Drop one reference (the null block is skipped); at 0 the block joins the free queue."""
         if block is self.null_block or block.block_id == 0:
             return
+        self.guard.on_release(self._actor, block.block_id)
         block.ref_cnt -= 1
         if block.ref_cnt == 0:
             self._return_to_free_queue(block)
@@ -538,6 +568,7 @@ class OptimizedManager:
         for block in self._table_blocks(src):
             if block is not self.null_block:
                 block.ref_cnt += 1
+                self.guard.on_share(dst.rid, block.block_id)
 
     # ================================================================== reset
 
@@ -550,6 +581,7 @@ class OptimizedManager:
         for candidates in self.cached.values():
             for block in candidates.values():
                 block.block_hash = None
+                self.guard.on_evict(block.block_id)
         self.cached.clear()
 
     # ================================================================== NumPy block tables

@@ -53,11 +53,27 @@ def _ops(block_size: int, documents: list[list[int]]) -> st.SearchStrategy[list[
                                             {"op": "write", "rid": r}]
                      + ([{"op": "publish", "rid": r}] if publish else []),
                      RIDS, sizes, st.booleans())
-    decode = st.builds(lambda r, t: [{"op": "append", "rid": r, "tokens": t},
-                                     {"op": "allocate", "rid": r, "n": len(t)},
-                                     {"op": "write", "rid": r}, {"op": "trim", "rid": r},
-                                     {"op": "publish", "rid": r}],
-                       RIDS, st.lists(TOKENS, min_size=1, max_size=b + 1))
+    def decode_step(rid: int, tokens: list[int], trim_in_flight: bool,
+                    publish: bool) -> list[dict[str, Any]]:
+        """One decode step; with ``trim_in_flight`` the window is trimmed while the step's KV is
+        still being written (async scheduling order), where trims that count unwritten tokens
+        free blocks too early.  Without ``publish`` trimmed blocks are unhashed, go to the front
+        of the free queue and come straight back to the next allocation."""
+        write, trim = {"op": "write", "rid": rid}, {"op": "trim", "rid": rid}
+        return [{"op": "append", "rid": rid, "tokens": tokens},
+                {"op": "allocate", "rid": rid, "n": len(tokens)},
+                *((trim, write) if trim_in_flight else (write, trim)),
+                *([{"op": "publish", "rid": rid}] if publish else [])]
+
+    decode = st.builds(decode_step, RIDS, st.lists(TOKENS, min_size=1, max_size=b + 1),
+                       st.booleans(), st.booleans())
+    def batch(first: int, second: int, n1: int, n2: int) -> list[dict[str, Any]]:
+        """Two requests scheduled, one forward pass over both: a mixed batch."""
+        return [{"op": "allocate", "rid": first, "n": n1},
+                {"op": "allocate", "rid": second, "n": n2}, {"op": "forward"},
+                {"op": "publish", "rid": first}, {"op": "publish", "rid": second}]
+
+    batch_ = st.builds(batch, RIDS, RIDS, sizes, sizes)
     single = st.builds(lambda op, r: [{"op": op, "rid": r}],
                        st.sampled_from(["write", "publish", "preempt", "trim", "finish"]), RIDS)
     # an allocation whose write comes later (or never): the bugs that live between scheduling
@@ -70,7 +86,8 @@ def _ops(block_size: int, documents: list[list[int]]) -> st.SearchStrategy[list[
     # Weighted choice by an integer draw (one_of does not weight, and Hypothesis favours the
     # ends of a range, so both ends are the common path and the cache-wiping reset is rare).
     table = [(20, serve_), (15, served_and_done), (8, add), (15, step), (12, decode),
-             (10, single), (5, allocate_only), (5, append), (8, fork), (1, reset), (1, serve_)]
+             (10, batch_), (10, single), (5, allocate_only), (5, append), (8, fork), (1, reset),
+             (1, serve_)]
     cumulative, bound = [], 0
     for weight, strategy in table:
         bound += weight

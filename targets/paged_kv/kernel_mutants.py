@@ -1,0 +1,284 @@
+"""Buggy variants of the paged KV Triton kernels, each a context manager that swaps one in.
+
+Every mutant is the *correct* kernel source of :mod:`targets.paged_kv.kernels` with one or two
+lines replaced (shown in each docstring), compiled as a real Triton kernel -- natively on a GPU,
+under ``TRITON_INTERPRET=1`` without one -- and installed as ``kernels.write_kernel`` or
+``kernels.attention_kernel``, which the plain *and* the guarded launchers look up at call time.
+The mutated source is written to a private temporary module (Triton reads a kernel's source
+from its file), built once per process and mutant.  A replacement whose anchor line no longer
+occurs exactly once in ``kernels.py`` raises ``RuntimeError`` instead of silently testing
+nothing.
+
+Citations name the upstream code and bug class; no issue numbers are given where we do not know
+a real one.  ``tests/test_paged_kv_kernels.py`` shows each mutant caught by the float64 ``close``
+oracle within a bounded number of generated cases (and, where the guard can see it, by KVGuard's
+device records).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import importlib.util
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Callable, ContextManager, Iterator
+from unittest import mock
+
+_BUILT: dict[str, Any] = {}
+_TMPDIR: list[Path] = []
+
+
+def _module_dir() -> Path:
+    if not _TMPDIR:
+        path = Path(tempfile.mkdtemp(prefix="fuzzkit_paged_kv_mutants_"))
+        atexit.register(shutil.rmtree, path, True)
+        _TMPDIR.append(path)
+    return _TMPDIR[0]
+
+
+def _build(name: str, replacements: tuple[tuple[str, str], ...]) -> Any:
+    """The kernels module with ``replacements`` applied, imported under a private name."""
+    if name in _BUILT:
+        return _BUILT[name]
+    from targets.paged_kv import kernels
+
+    source = Path(kernels.__file__).read_text()
+    for old, new in replacements:
+        found = source.count(old)
+        if found != 1:
+            raise RuntimeError(f"kernel mutant {name!r} no longer applies: {old.strip()!r} occurs "
+                               f"{found} times in {kernels.__file__} (expected once)")
+        source = source.replace(old, new)
+    module_name = "_fuzzkit_paged_kv_mutant_" + name.replace("-", "_")
+    path = _module_dir() / f"{module_name}.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    spec.loader.exec_module(module)
+    _BUILT[name] = module
+    return module
+
+
+@contextlib.contextmanager
+def _swap(name: str, attribute: str, *replacements: tuple[str, str]) -> Iterator[None]:
+    from targets.paged_kv import kernels
+
+    mutated = _build(name, tuple(replacements))
+    with mock.patch.object(kernels, attribute, getattr(mutated, attribute)):
+        yield
+
+
+# ============================================================================ write kernel
+
+
+@contextlib.contextmanager
+def slot_off_by_one() -> Iterator[None]:
+    """Slot mapping off by one in reshape-and-cache: every token goes to ``slot + 1``.
+
+    Bug class: the slot of a token is ``block_table[pos // b] * b + pos % b`` (vLLM
+    ``reshape_and_cache`` / ``reshape_and_cache_flash`` take it from ``slot_mapping``, ``-1``
+    meaning padding); an off-by-one -- a slot computed from the length *after* appending the
+    token, or an index bumped twice -- shifts each K/V row into its neighbour's slot, the last
+    slot of a block into the next block, and turns the ``-1`` padding sentinel into slot 0 of
+    the null block.  KVGuard's write check sees ``WRITE_WRONG_OFFSET`` / ``WRITE_NOT_OWNER``.
+
+    ``slot = tl.load(slot_mapping_ptr + offs_t, ...).to(tl.int64) + 1``
+    """
+    old = "slot = tl.load(slot_mapping_ptr + offs_t, mask=t_ok, other=-1).to(tl.int64)\n"
+    with _swap("slot-off-by-one", "write_kernel", (old, old[:-1] + " + 1\n")):
+        yield
+
+
+# ============================================================================ attention kernel
+
+
+@contextlib.contextmanager
+def table_ignored() -> Iterator[None]:
+    """Physical block = logical block index: the block table is never read.
+
+    Bug class: an attention kernel written for a contiguous KV layout (FlashAttention varlen
+    without its ``block_table`` argument, a prefill path that assumes the context was
+    allocated contiguously) run on a paged cache.  Right only when the table happens to be the
+    identity; otherwise it reads other requests' blocks and the null block.
+
+    ``physical = logical``
+    """
+    with _swap("table-ignored", "attention_kernel",
+               ("physical = tl.load(table_row + logical, mask=k_ok, other=0)\n",
+                "physical = logical\n")):
+        yield
+
+
+@contextlib.contextmanager
+def no_causal_mask() -> Iterator[None]:
+    """The causal mask is missing: every query of a chunk sees the whole chunk.
+
+    Bug class: a decode kernel (one query, the newest token, so "every key up to ``seq_len``"
+    is causal) reused for chunked prefill, or the Triton fused-attention tutorial's ``causal``
+    stage skipped -- vLLM's prefix-prefill kernel masks only the new-token part, and forgetting
+    it there lets early queries attend later tokens of the same chunk.  Decode is unaffected;
+    KVGuard's read check sees ``READ_FUTURE``.
+
+    ``valid = valid  # causal mask dropped``
+    """
+    with _swap("no-causal-mask", "attention_kernel",
+               ("valid = valid & (offs_n[None, :] <= q_pos[:, None])  # causal\n",
+                "valid = valid  # causal mask dropped\n")):
+        yield
+
+
+@contextlib.contextmanager
+def reads_past_seq_len() -> Iterator[None]:
+    """Reads past the sequence length: the key count comes from the block-table width.
+
+    Bug class: vLLM's paged attention masks ``token_idx >= seq_len``; a kernel that takes the
+    number of keys from ``max_num_blocks_per_seq * block_size`` (the padded table width, e.g.
+    under CUDA-graph padding) instead of ``seq_lens`` attends the unwritten tail of the last
+    block and the null-block padding of the row (COMPONENTS.md §1: zero-filled / stale table
+    rows, vLLM #7018).  KVGuard sees ``READ_UNWRITTEN`` / ``READ_NOT_READABLE``.
+
+    ``seq_len = max_blocks * block_size``
+    """
+    with _swap("reads-past-seq-len", "attention_kernel",
+               ("seq_len = tl.load(seq_lens_ptr + r)\n", "seq_len = max_blocks * block_size\n")):
+        yield
+
+
+@contextlib.contextmanager
+def gqa_wrong_kv_head() -> Iterator[None]:
+    """GQA head mapping: query head ``h`` uses kv head ``h % H_kv`` instead of ``h // G``.
+
+    Bug class: grouped-query attention maps ``G = H / H_kv`` *consecutive* query heads to one
+    kv head (vLLM ``num_queries_per_kv``, FlashInfer's ``group_size``); an interleaved mapping
+    (``h % H_kv``, as in a ``repeat`` vs ``repeat_interleave`` mix-up) reads the wrong kv head
+    for most heads.  Invisible with ``H_kv == 1`` or ``G == 1``.
+
+    ``head = in_group * tl.num_programs(2) + kv_head``
+    """
+    with _swap("gqa-wrong-kv-head", "attention_kernel",
+               ("head = kv_head * group + in_group  # query head of each row\n",
+                "head = in_group * tl.num_programs(2) + kv_head\n")):
+        yield
+
+
+@contextlib.contextmanager
+def previous_block_at_edge() -> Iterator[None]:
+    """Off-by-one in ``k // b``: the first key of each block is read from the previous block.
+
+    Bug class: page-index arithmetic off by one (``(k - 1) // b`` where ``k // b`` is meant --
+    the same slip as ``(len - 1) // page_size`` last-page bookkeeping in FlashInfer-style page
+    tables); every key at a block edge reads slot 0 of the block before.  With ``b == 1`` every
+    key is at an edge.  KVGuard sees ``READ_WRONG_POSITION``.
+
+    ``logical = (offs_n - 1) // block_size``
+    """
+    with _swap("previous-block-at-edge", "attention_kernel",
+               ("logical = offs_n // block_size\n", "logical = (offs_n - 1) // block_size\n")):
+        yield
+
+
+@contextlib.contextmanager
+def softmax_max_not_updated() -> Iterator[None]:
+    """Online softmax: the running max is never updated across key blocks.
+
+    Bug class: FlashAttention-2 Algorithm 1 / the Triton fused-attention tutorial keep a
+    running max ``m_i`` and rescale the accumulator by ``exp(m_old - m_new)``; dropping the
+    ``m_i = m_new`` update makes every rescale factor ``exp(-inf) = 0``, so each key block
+    erases the ones before -- only the last block counts.  Invisible while a row's keys fit in
+    one ``BLOCK_N`` step.
+
+    ``m_i = m_i  # running max never updated``
+    """
+    with _swap("softmax-max-not-updated", "attention_kernel",
+               ("        m_i = m_new\n", "        m_i = m_i  # running max never updated\n")):
+        yield
+
+
+@contextlib.contextmanager
+def window_off_by_one() -> Iterator[None]:
+    """Sliding window one key too wide: ``t - w .. t`` instead of ``t - w + 1 .. t``.
+
+    Bug class: a window of ``w`` tokens including the query itself is FlashAttention's
+    ``window_size=(w - 1, 0)``; passing ``(w, 0)`` (or comparing ``>=`` where ``>`` is meant)
+    attends ``w + 1`` keys -- the classic Mistral / vLLM sliding-window off-by-one.  Shows only
+    once a query is more than ``w`` tokens in.
+
+    ``first_key = q_pos - window``
+    """
+    with _swap("window-off-by-one", "attention_kernel",
+               ("first_key = q_pos - window + 1  # oldest key in each query's window\n",
+                "first_key = q_pos - window\n")):
+        yield
+
+
+@contextlib.contextmanager
+def wrong_output_row() -> Iterator[None]:
+    """Output written to the wrong query row in chunked prefill.
+
+    Bug class: in a mixed batch request ``r``'s queries start at row ``query_start_loc[r]``
+    (vLLM prefix-prefill's ``cur_batch_in_all_start_index``); a store indexed with the decode
+    layout (row = batch index, one query per request) is right for all-decode batches and
+    overwrites other requests' rows -- leaving some unwritten -- as soon as an earlier request
+    has more than one query.
+
+    ``out_row = r + q_idx``
+    """
+    with _swap("wrong-output-row", "attention_kernel",
+               ("out_row = q_start + q_idx\n", "out_row = r + q_idx\n")):
+        yield
+
+
+#: name -> (context manager, one-line bug class, citation).
+KERNEL_MUTANTS: dict[str, tuple[Callable[[], ContextManager[None]], str, str]] = {
+    "slot-off-by-one": (
+        slot_off_by_one,
+        "slot mapping off by one in reshape-and-cache",
+        "vLLM csrc/cache_kernels.cu reshape_and_cache(_flash): slot_mapping contract "
+        "(slot = table[pos // b] * b + pos % b, -1 = padding); KVGuard write check 5"),
+    "table-ignored": (
+        table_ignored,
+        "physical block = logical index: block table ignored",
+        "FlashAttention varlen vs paged KV (block_table argument); vLLM paged_attention "
+        "block_table lookup"),
+    "no-causal-mask": (
+        no_causal_mask,
+        "causal mask missing inside a chunked-prefill query chunk",
+        "vLLM triton prefix_prefill (causal mask on the new-token part); Triton tutorial "
+        "06-fused-attention causal stage"),
+    "reads-past-seq-len": (
+        reads_past_seq_len,
+        "key count from the block-table width: reads past seq_len",
+        "vLLM paged_attention token_idx < seq_len mask; zero-filled/stale table rows "
+        "(COMPONENTS.md §1, vLLM #7018)"),
+    "gqa-wrong-kv-head": (
+        gqa_wrong_kv_head,
+        "GQA kv head h % H_kv instead of h // (H / H_kv)",
+        "vLLM num_queries_per_kv / FlashInfer group_size head mapping (repeat vs "
+        "repeat_interleave)"),
+    "previous-block-at-edge": (
+        previous_block_at_edge,
+        "off-by-one in k // b: block-edge keys read from the previous block",
+        "page-index arithmetic off by one (FlashInfer-style page tables, vLLM block_table "
+        "indexing)"),
+    "softmax-max-not-updated": (
+        softmax_max_not_updated,
+        "online softmax: running max not carried across key blocks",
+        "FlashAttention-2 Algorithm 1 / Triton tutorial 06-fused-attention (m_i = m_ij "
+        "rescale)"),
+    "window-off-by-one": (
+        window_off_by_one,
+        "sliding window off by one (w + 1 keys)",
+        "FlashAttention window_size=(w-1, 0) convention; Mistral/vLLM sliding-window "
+        "semantics"),
+    "wrong-output-row": (
+        wrong_output_row,
+        "output stored at the decode-layout row in a mixed batch",
+        "vLLM prefix_prefill cur_batch_in_all_start_index (query_start_loc) indexing"),
+}
+
+__all__ = ["KERNEL_MUTANTS"] + [cm.__name__ for cm, _, _ in KERNEL_MUTANTS.values()]
