@@ -74,19 +74,29 @@ class GuardViolation(Exception):
 
 
 class NullGuard:
-    """The guard that is off: every event is a no-op."""
+    """The guard that is off: every event and check is an empty method.
+
+    Plain methods (not ``__getattr__`` magic): an event then costs one attribute lookup and an
+    empty call, the least the unguarded path can pay.
+    """
 
     enabled = False
     step = 0
 
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("on_") or name.startswith("check_"):
-            return _ignore
-        raise AttributeError(name)
-
-
-def _ignore(*args: Any, **kwargs: Any) -> None:
-    return None
+    def on_hits(self, request: int, blocks: Sequence[int]) -> None: ...
+    def on_allocate(self, request: int, block: int) -> None: ...
+    def on_share(self, request: int, block: int) -> None: ...
+    def on_release(self, request: int, block: int) -> None: ...
+    def on_publish(self, block: int, block_hash: int) -> None: ...
+    def on_evict(self, block: int) -> None: ...
+    def on_copy(self, src: int, dst: int) -> None: ...
+    def on_step_end(self, request: int) -> None: ...
+    def check_manager(self, state: dict[str, Any]) -> None: ...
+    def check_table(self, request: int, table: Sequence[int], tokens: int,
+                    first_query: Optional[int] = None) -> None: ...
+    def check_translation(self, request: int, positions: Sequence[int],
+                          slot_mapping: Sequence[int], host_table: Sequence[int],
+                          launch_table: Sequence[int]) -> None: ...
 
 
 NULL_GUARD = NullGuard()
@@ -308,7 +318,10 @@ class KVGuard:
     def collect_device(self) -> None:
         """Read the guarded kernels' violation records back (classes 4 and 5), then reset."""
         records, count = self.device.take_records()
-        for code, request, block, slot, position, query in records:
+        # A kernel reports a bad read once per program that makes it (per kv head and query
+        # tile): the same record can arrive several times.
+        unique = list(dict.fromkeys(tuple(int(x) for x in record) for record in records))
+        for code, request, block, slot, position, query in unique:
             check_class, check = DEVICE_CODES.get(int(code), ("read", f"code-{int(code)}"))
             where = "" if query < 0 else f" for query position {query}"
             self.fail(check_class, check, f"kernel {check_class} of position {position}{where}",

@@ -359,6 +359,7 @@ def first_failure(check: Callable[[Case], Any], strategy: Any, max_examples: int
 #: position); at least one of the named codes must appear.
 MUTANT_SETUP: dict[str, tuple[Any, set[int]]] = {
     "slot-off-by-one": (cases(), {K.WRITE_WRONG_OFFSET, K.WRITE_NOT_OWNER, K.WRITE_TWICE}),
+    "offset-from-batch-index": (cases(), {K.WRITE_WRONG_OFFSET}),
     "table-ignored": (cases(), {K.READ_NOT_READABLE, K.READ_WRONG_POSITION}),
     "no-causal-mask": (cases(), {K.READ_FUTURE}),
     "reads-past-seq-len": (cases(), {K.READ_NOT_READABLE, K.READ_UNWRITTEN}),

@@ -94,6 +94,22 @@ def slot_off_by_one() -> Iterator[None]:
         yield
 
 
+@contextlib.contextmanager
+def offset_from_batch_index() -> Iterator[None]:
+    """In-block offset taken from the token's index in the batch instead of its slot.
+
+    Bug class: a reshape-and-cache kernel that derives the offset inside the block from the
+    token's row in the packed batch (``t % b``) rather than from ``slot % b``: right for a
+    prefill that starts at a block boundary, wrong for every decode token and for chunked
+    prefill whose chunk starts mid-block.  KVGuard's write check sees ``WRITE_WRONG_OFFSET``.
+
+    ``offset = offs_t % block_size``
+    """
+    with _swap("offset-from-batch-index", "write_kernel",
+               ("    offset = slot % block_size\n", "    offset = offs_t % block_size\n")):
+        yield
+
+
 # ============================================================================ attention kernel
 
 
@@ -235,6 +251,11 @@ def wrong_output_row() -> Iterator[None]:
 
 #: name -> (context manager, one-line bug class, citation).
 KERNEL_MUTANTS: dict[str, tuple[Callable[[], ContextManager[None]], str, str]] = {
+    "offset-from-batch-index": (
+        offset_from_batch_index,
+        "in-block offset from the token's batch index instead of its slot",
+        "vLLM csrc/cache_kernels.cu reshape_and_cache (offset = slot % block_size); KVGuard "
+        "write check 5"),
     "slot-off-by-one": (
         slot_off_by_one,
         "slot mapping off by one in reshape-and-cache",
