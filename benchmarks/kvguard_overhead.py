@@ -94,6 +94,8 @@ def main() -> None:
     parser.add_argument("--programs", type=int, default=300)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--kernels", choices=("auto", "on", "off"), default="auto",
+                        help="also time guarded vs plain kernels (auto: when CUDA is present)")
     args = parser.parse_args()
     programs = draw_programs(args.programs, args.seed)
     modes = ("off", "events", "full")
@@ -109,6 +111,24 @@ def main() -> None:
     for mode in modes:
         value = statistics.median(per_step[mode])
         print(f"  guard {mode:6s}: {value:8.2f} us/step   ratio to off {value / base:6.3f}")
+    kernel_part(args.kernels)
+
+
+def kernel_part(choice: str) -> None:
+    """Guarded vs plain kernel time: the GPU part (benchmarks/kernel_paged_kv.py)."""
+    import sys
+
+    import torch
+
+    if choice == "off" or (choice == "auto" and not torch.cuda.is_available()):
+        print("kernels: no GPU here; guarded vs plain kernel time is measured on CUDA "
+              "(scripts/gpu_check.sh, or --kernels on for interpreter times)")
+        return
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import kernel_paged_kv
+
+    sys.argv = sys.argv[:1]
+    kernel_paged_kv.main()
 
 
 if __name__ == "__main__":

@@ -31,4 +31,6 @@ for bench in benchmarks/kernel_*.py; do
   echo "== $bench (mode=$mode)"
   "$PY" "$bench"
 done
+echo "== benchmarks/kvguard_overhead.py (mode=$mode)"
+"$PY" benchmarks/kvguard_overhead.py --programs 200 --rounds 3 --kernels off
 echo "gpu_check: done (mode=$mode)"
