@@ -53,7 +53,8 @@ _ALIASES = {
 DTypeLike = Any  # numpy dtype or type, a name such as "float32"/"bf16", or a torch dtype
 
 
-def _format_name(dtype: DTypeLike) -> str:
+def format_name(dtype: DTypeLike) -> str:
+    """Canonical name of a floating format: numpy/torch dtypes, names and aliases."""
     if isinstance(dtype, str):
         text = dtype
     else:
@@ -82,18 +83,18 @@ def _format_name(dtype: DTypeLike) -> str:
 def unit_roundoff(dtype: DTypeLike) -> float:
     """Unit roundoff ``u`` (half the spacing just above 1): float64 2**-53, float32 2**-24,
     float16 2**-11, bfloat16 2**-8; also tf32 and the float8 formats."""
-    return _FORMATS[_format_name(dtype)][0]
+    return _FORMATS[format_name(dtype)][0]
 
 
 def smallest_normal(dtype: DTypeLike) -> float:
     """The smallest positive normal number of ``dtype``."""
-    return 2.0 ** _FORMATS[_format_name(dtype)][1]
+    return 2.0 ** _FORMATS[format_name(dtype)][1]
 
 
 def ulp(x: Any, dtype: DTypeLike) -> Union[float, np.ndarray]:
     """Spacing of ``dtype`` at ``|x|``: ``2**floor(log2|x|) * 2u``, floored at the spacing of
     the smallest normal (so zero and subnormals get the subnormal spacing)."""
-    u, emin = _FORMATS[_format_name(dtype)]
+    u, emin = _FORMATS[format_name(dtype)]
     values = np.abs(np.asarray(x, dtype=np.float64))
     _, exponent = np.frexp(values)  # values = m * 2**exponent with m in [0.5, 1); 0 -> 0
     exponent = np.where(values > 0, np.maximum(exponent - 1, emin), emin)
@@ -224,7 +225,7 @@ def close(
         "ulps": float(ulps[index]),
     }
     max_ulps = float(ulps.max())
-    dtype_name = _format_name(dtype)
+    dtype_name = format_name(dtype)
     message = (
         f"{name}: {count} of {e.size} elements exceed the {dtype_name} error bound "
         f"(reduction length {reduction_length}); worst {_where(name, index)}: "
@@ -249,5 +250,6 @@ def _where(name: str, index: tuple) -> str:
 
 
 __all__ = [
-    "ROUNDING_SLACK", "close", "error_bound", "gamma", "smallest_normal", "ulp", "unit_roundoff",
+    "ROUNDING_SLACK", "close", "error_bound", "format_name", "gamma", "smallest_normal", "ulp",
+    "unit_roundoff",
 ]

@@ -94,7 +94,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from fuzzkit.failure import Failure
-from oracles.close import close, gamma, smallest_normal, unit_roundoff
+from oracles.close import close, format_name, gamma, smallest_normal, unit_roundoff
 
 U32 = 2.0**-24
 #: Charge per float32 operation (see the module docstring).
@@ -103,15 +103,11 @@ _HALF_SUBNORMAL = {"float32": 0.0, "float16": 2.0**-25, "bfloat16": 2.0**-134}
 
 
 def _dtype_name(dtype: Any) -> str:
-    text = str(dtype).replace("torch.", "").replace("numpy.", "")
-    aliases = {"fp32": "float32", "f32": "float32", "single": "float32", "fp16": "float16",
-               "half": "float16", "bf16": "bfloat16"}
-    text = aliases.get(text, text)
-    if text not in _HALF_SUBNORMAL:
-        try:
-            text = np.dtype(text).name
-        except TypeError:
-            pass
+    """The storage format's name (``oracles.close`` knows every alias); only three are valid."""
+    try:
+        text = format_name(dtype)
+    except ValueError:
+        text = str(dtype)
     if text not in _HALF_SUBNORMAL:
         raise ValueError(f"storage dtype must be float32, float16 or bfloat16, got {dtype!r}")
     return text
