@@ -73,7 +73,18 @@ def _ops(block_size: int, documents: list[list[int]]) -> st.SearchStrategy[list[
                 {"op": "allocate", "rid": second, "n": n2}, {"op": "forward"},
                 {"op": "publish", "rid": first}, {"op": "publish", "rid": second}]
 
-    batch_ = st.builds(batch, RIDS, RIDS, sizes, sizes)
+    def mixed_prefill(first: int, offset: int, prompt_a: list[int], prompt_b: list[int],
+                      n: int) -> list[dict[str, Any]]:
+        """Two new requests prefilled in one forward pass: the batch layout where each request
+        has several query rows (row offsets per request matter)."""
+        second = (first + offset) % 3
+        return [{"op": "add", "rid": first, "tokens": prompt_a},
+                {"op": "add", "rid": second, "tokens": prompt_b},
+                *batch(first, second, len(prompt_a), n)]
+
+    batch_ = st.one_of(st.builds(batch, RIDS, RIDS, sizes, sizes),
+                       st.builds(mixed_prefill, RIDS, st.integers(1, 2), prompts.filter(bool),
+                                 prompts.filter(bool), sizes))
     single = st.builds(lambda op, r: [{"op": op, "rid": r}],
                        st.sampled_from(["write", "publish", "preempt", "trim", "finish"]), RIDS)
     # an allocation whose write comes later (or never): the bugs that live between scheduling
