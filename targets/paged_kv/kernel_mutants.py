@@ -17,60 +17,16 @@ device records).
 
 from __future__ import annotations
 
-import atexit
 import contextlib
-import importlib.util
-import shutil
-import sys
-import tempfile
-from pathlib import Path
-from typing import Any, Callable, ContextManager, Iterator
-from unittest import mock
+from typing import Callable, ContextManager, Iterator
 
-_BUILT: dict[str, Any] = {}
-_TMPDIR: list[Path] = []
+from fuzzkit.kernel_mutation import swapped
 
 
-def _module_dir() -> Path:
-    if not _TMPDIR:
-        path = Path(tempfile.mkdtemp(prefix="fuzzkit_paged_kv_mutants_"))
-        atexit.register(shutil.rmtree, path, True)
-        _TMPDIR.append(path)
-    return _TMPDIR[0]
-
-
-def _build(name: str, replacements: tuple[tuple[str, str], ...]) -> Any:
-    """The kernels module with ``replacements`` applied, imported under a private name."""
-    if name in _BUILT:
-        return _BUILT[name]
+def _swap(name: str, attribute: str, *replacements: tuple[str, str]) -> ContextManager[None]:
     from targets.paged_kv import kernels
 
-    source = Path(kernels.__file__).read_text()
-    for old, new in replacements:
-        found = source.count(old)
-        if found != 1:
-            raise RuntimeError(f"kernel mutant {name!r} no longer applies: {old.strip()!r} occurs "
-                               f"{found} times in {kernels.__file__} (expected once)")
-        source = source.replace(old, new)
-    module_name = "_fuzzkit_paged_kv_mutant_" + name.replace("-", "_")
-    path = _module_dir() / f"{module_name}.py"
-    path.write_text(source)
-    spec = importlib.util.spec_from_file_location(module_name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module
-    spec.loader.exec_module(module)
-    _BUILT[name] = module
-    return module
-
-
-@contextlib.contextmanager
-def _swap(name: str, attribute: str, *replacements: tuple[str, str]) -> Iterator[None]:
-    from targets.paged_kv import kernels
-
-    mutated = _build(name, tuple(replacements))
-    with mock.patch.object(kernels, attribute, getattr(mutated, attribute)):
-        yield
+    return swapped(kernels, attribute, name, *replacements)
 
 
 # ============================================================================ write kernel

@@ -11,8 +11,7 @@ real one.
 
 from __future__ import annotations
 
-import contextlib
-from typing import Any, Iterator, Sequence
+from typing import Any, Sequence
 from unittest import mock
 
 import numpy as np
@@ -108,12 +107,18 @@ def _score_quantized_query(rotated_queries: np.ndarray, codes: np.ndarray, scale
     return (quantized @ decoded.T) * scales.astype(dtype)[None, :]
 
 
-@contextlib.contextmanager
-def _patch_kernel() -> Iterator[Any]:
-    from targets.quant import _mutant_kernels, kernels
+def _patch_kernel() -> Any:
+    """``kernels.score_kernel`` with the ``D`` mask hoisted out of the loop: computed once from
+    ``tl.arange(0, BLOCK_D) < D``, right for the first ``D`` block, all-true for every later
+    one -- so when ``D > BLOCK_D`` and ``D % BLOCK_D != 0`` the ragged last block reads past the
+    end of each row (into the next row, or the launcher's zero guard tail)."""
+    from fuzzkit.kernel_mutation import swapped
+    from targets.quant import kernels
 
-    with mock.patch.object(kernels, "kernel", _mutant_kernels.score_kernel_hoisted_d_mask):
-        yield
+    return swapped(kernels, "kernel", "hoisted-d-mask",
+                   ("    mask_n = offs_n < N\n",
+                    "    mask_n = offs_n < N\n    mask_d = tl.arange(0, BLOCK_D) < D\n"),
+                   ("        mask_d = offs_d < D\n", ""))
 
 
 def _patch(name: str, replacement: Any) -> Any:

@@ -1,0 +1,69 @@
+"""Kernel mutants as one-line source edits of the real kernel module.
+
+A buggy kernel written out by hand drifts from the kernel it claims to mutate; a mutant made by
+replacing one line of the *current* source stays one line away from it forever.  The edited
+source is written to a private temporary module (Triton reads a kernel's source from its file)
+and imported once per process and mutant; the mutant swaps the module attribute a launcher looks
+up at call time.  An anchor line that no longer occurs exactly once raises ``RuntimeError``
+instead of silently testing the clean kernel.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import importlib.util
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from types import ModuleType
+from typing import Iterator
+from unittest import mock
+
+_BUILT: dict[tuple[str, str], ModuleType] = {}
+_TMPDIR: list[Path] = []
+
+
+def _module_dir() -> Path:
+    if not _TMPDIR:
+        path = Path(tempfile.mkdtemp(prefix="fuzzkit_kernel_mutants_"))
+        atexit.register(shutil.rmtree, path, True)
+        _TMPDIR.append(path)
+    return _TMPDIR[0]
+
+
+def source_variant(module: ModuleType, name: str,
+                   replacements: tuple[tuple[str, str], ...]) -> ModuleType:
+    """``module`` with each ``(old, new)`` line replacement applied, imported privately."""
+    key = (module.__name__, name)
+    if key in _BUILT:
+        return _BUILT[key]
+    assert module.__file__ is not None
+    source = Path(module.__file__).read_text()
+    for old, new in replacements:
+        found = source.count(old)
+        if found != 1:
+            raise RuntimeError(f"kernel mutant {name!r} no longer applies: {old.strip()!r} occurs "
+                               f"{found} times in {module.__file__} (expected once)")
+        source = source.replace(old, new)
+    module_name = "_fuzzkit_mutant_" + "".join(c if c.isalnum() else "_"
+                                               for c in f"{module.__name__}_{name}")
+    path = _module_dir() / f"{module_name}.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    assert spec is not None and spec.loader is not None
+    variant = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = variant
+    spec.loader.exec_module(variant)
+    _BUILT[key] = variant
+    return variant
+
+
+@contextlib.contextmanager
+def swapped(module: ModuleType, attribute: str, name: str,
+            *replacements: tuple[str, str]) -> Iterator[None]:
+    """Inside the block, ``module.<attribute>`` is the mutated variant's ``<attribute>``."""
+    variant = source_variant(module, name, tuple(replacements))
+    with mock.patch.object(module, attribute, getattr(variant, attribute)):
+        yield
