@@ -125,6 +125,7 @@ class KVGuard:
         self.unpinned_hits: dict[int, list[int]] = {}
         self.violations: list[GuardViolation] = []
         self.step = 0
+        self.device: Optional[DeviceShadow] = None  # set by attach_device (kernel runs only)
 
     # ------------------------------------------------------------------ reporting
 
@@ -332,15 +333,13 @@ class KVGuard:
 
     def on_copy(self, src: int, dst: int) -> None:
         """A block copy (copy-on-write) wrote every slot of ``dst`` with ``src``'s content."""
-        device = getattr(self, "device", None)
-        if device is not None:
-            device.copy_block(src, dst)
+        if self.device is not None:
+            self.device.copy_block(src, dst)
 
     def _clear_written(self, block: int) -> None:
         """New content epoch for ``block``: its slots count as unwritten again."""
-        device = getattr(self, "device", None)
-        if device is not None:
-            device.clear_block(block)
+        if self.device is not None:
+            self.device.clear_block(block)
 
 
 @dataclasses.dataclass

@@ -15,8 +15,6 @@ from fuzzkit import case as casefile
 from fuzzkit.case import Case
 from fuzzkit.cli import main
 
-import toy_targets
-
 
 def _run(capsys, *argv: str) -> tuple[int, str, str]:
     code = main(list(argv))

@@ -450,6 +450,16 @@ def _require(condition: bool, message: str) -> None:
 _STORAGE = (torch.float32, torch.float16, torch.bfloat16)
 
 
+def _require_shadow_shape(shadow: dict[str, Any], blocks_seen: int, num_blocks: int,
+                          block_size: int) -> None:
+    """The guard's per-block tensor (``blocks_seen`` wide) and per-slot tensors must match the
+    cache, or the guarded kernel would index past them."""
+    _require(blocks_seen == num_blocks
+             and shadow["slot_written"].shape[0] == num_blocks * block_size
+             and shadow["slot_pos"].shape[0] == num_blocks * block_size,
+             "shadow tensors do not match the cache's num_blocks / block_size")
+
+
 def _check_cache(key_cache: torch.Tensor, value_cache: torch.Tensor) -> None:
     _require(key_cache.dim() == 4 and key_cache.shape == value_cache.shape,
              f"key_cache and value_cache must be [num_blocks, block_size, num_kv_heads, "
@@ -525,10 +535,7 @@ def _write(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor,
         _require(token_request.shape == (num_tokens,) and token_pos.shape == (num_tokens,),
                  f"token_request and token_pos must be [T] with T = {num_tokens}")
         shadow = guard["shadow"]
-        _require(shadow["block_owner"].shape[0] == num_blocks
-                 and shadow["slot_written"].shape[0] == num_blocks * block_size
-                 and shadow["slot_pos"].shape[0] == num_blocks * block_size,
-                 "shadow tensors do not match the cache's num_blocks / block_size")
+        _require_shadow_shape(shadow, shadow["block_owner"].shape[0], num_blocks, block_size)
         guard_args = (token_request.to(torch.int32), token_pos.to(torch.int32),
                       shadow["block_owner"], shadow["slot_written"], shadow["slot_pos"],
                       shadow["records"], shadow["count"], shadow["records"].shape[0])
@@ -653,10 +660,7 @@ def _attention(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.
         _require(request_ids.shape == (num_requests,), f"request_ids must be [R], R = "
                  f"{num_requests}")
         shadow = guard["shadow"]
-        _require(shadow["readable"].shape[1] == num_blocks
-                 and shadow["slot_written"].shape[0] == num_blocks * block_size
-                 and shadow["slot_pos"].shape[0] == num_blocks * block_size,
-                 "shadow tensors do not match the cache's num_blocks / block_size")
+        _require_shadow_shape(shadow, shadow["readable"].shape[1], num_blocks, block_size)
         guard_args = (request_ids.to(torch.int32), shadow["readable"], shadow["slot_written"],
                       shadow["slot_pos"], shadow["records"], shadow["count"],
                       shadow["records"].shape[0], shadow["readable"].shape[0])
