@@ -27,6 +27,7 @@ TargetSource = Union[Target, Callable[[], Target], str]
 BUILTIN_TARGETS: dict[str, str] = {
     "quant": "targets.quant:target",
     "paged_kv": "targets.paged_kv:target",
+    "scheduling": "targets.scheduling:target",
 }
 
 _sources: dict[str, TargetSource] = {}

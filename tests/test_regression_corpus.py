@@ -15,6 +15,7 @@ from fuzzkit import case as casefile
 from fuzzkit.registry import get_target
 from fuzzkit.runner import check_case
 
+_PASS = type("Pass", (), {"signature": "pass"})()
 CORPUS = Path(__file__).resolve().parent.parent / "corpus"
 FROM_MUTANTS = sorted(
     path for path in CORPUS.glob("*/regressions/*.json")
@@ -33,6 +34,16 @@ def test_regression_still_catches_its_mutant(path: Path) -> None:
     impl = target.implementation(case.implementation)
     mutant = target.mutant(case.origin.removeprefix("mutant:"))
     assert check_case(target, impl, case.inputs).failure is None
+    expected = case.failure.signature
+    if expected.startswith("nondeterministic:"):
+        # a mutant that breaks ties at random fails only on some runs, and the confirming re-run
+        # may or may not agree: it must fail the same inner way at least once in a few tries
+        inner = expected.removeprefix("nondeterministic:")
+        with mutant.applied():
+            seen = {(check_case(target, impl, case.inputs, confirm=False).failure or
+                     _PASS).signature for _ in range(30)}
+        assert inner in seen, seen
+        return
     with mutant.applied():
         failure = check_case(target, impl, case.inputs).failure
-    assert failure is not None and failure.signature == case.failure.signature
+    assert failure is not None and failure.signature == expected

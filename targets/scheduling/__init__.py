@@ -1,0 +1,80 @@
+"""Target ``scheduling``: a serving simulator with prefill policies and routers.
+
+Inputs::
+
+    config    {"block_size", "instances", "token_budget", "max_running", "cache_blocks",
+               "serial", "seed", "scale_ups": [ticks], "cost": {"k0", "k1", "k2", "decode"},
+               "policy": {"name": "fcfs"|"lpm"|"spf"|"fairway", ...params},
+               "router": {"name": "random"|"round_robin"|"least_loaded"|"prefix", ...params}}
+    requests  [{"rid", "arrival", "prompt", "output", "blocks", "session", "after", "think"}]
+
+Outputs: the simulation's event trace (routing decisions, dispatches with the hit and cost the
+policy saw, scale-ups), step records and per-request times (:mod:`.sim`).
+
+The reference runs the simulator with the O(n)-scan policies and linear-scan routers; the
+``optimized`` implementation with the heap / kinetic-tournament policies and bisecting routers.
+The oracle (:mod:`.checks`) checks the invariants of the implementation's run and compares the
+two event traces step by step; :mod:`.properties` adds the metamorphic relations.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fuzzkit.target import Implementation, Target
+from targets.scheduling import checks
+from targets.scheduling.workload import Request
+
+
+def run_with(policies: Any, routers: Any, inputs: dict[str, Any]) -> dict[str, Any]:
+    """Simulate ``inputs`` with the given policy and router modules."""
+    from targets.scheduling.sim import simulate
+
+    requests = [Request.from_json(r) for r in inputs["requests"]]
+    return simulate(inputs["config"], requests, policies, routers)
+
+
+def _reference(inputs: dict[str, Any]) -> dict[str, Any]:
+    from targets.scheduling.policies import reference as policies
+    from targets.scheduling.routers import reference as routers
+
+    return run_with(policies, routers, inputs)
+
+
+def _optimized(inputs: dict[str, Any]) -> dict[str, Any]:
+    from targets.scheduling.policies import optimized as policies
+    from targets.scheduling.routers import optimized as routers
+
+    return run_with(policies, routers, inputs)
+
+
+def _strategy() -> Any:
+    from targets.scheduling.strategies import inputs
+
+    return inputs()
+
+
+def target() -> Target:
+    """The ``scheduling`` target (entry point ``targets.scheduling:target``)."""
+    from targets.scheduling.mutants import MUTANTS
+    from targets.scheduling.properties import PROPERTIES
+
+    return Target(
+        name="scheduling",
+        description="serving simulator: FCFS / LPM / SPF / Fairway prefill order, random / "
+                    "round-robin / least-loaded / prefix-aware routing; invariants, metamorphic "
+                    "relations and a step-by-step trace against O(n) references",
+        strategy=_strategy,
+        reference=_reference,
+        implementations={
+            "optimized": Implementation(
+                "optimized", _optimized, backend="python",
+                description="heaps, a kinetic tournament for Fairway's response ratios, "
+                            "bisected hash ring"),
+        },
+        oracle=checks.oracle,
+        properties=PROPERTIES,
+        mutants=MUTANTS,
+        reducible=("requests",),
+        validate=checks.validate,
+    )

@@ -1,0 +1,193 @@
+"""Invariants of a simulation run, and the scheduling oracle.
+
+The invariants are checked on the *implementation's* own run, independently of the reference,
+so a bug shows up as the rule it breaks (bypass above β, a full instance chosen, an idle
+instance with work waiting) and not only as "differs from the reference":
+
+- every request is routed once, dispatched once and finished (liveness); the simulator itself
+  stops on a dispatch of a request that is not waiting (dispatched twice);
+- work conservation: no step leaves token budget and room unused while requests wait;
+- a step never carries more tokens than the budget;
+- FCFS dispatches each instance's queue in arrival order;
+- Fairway: the bypass of every waiting request (work dispatched ahead of it by later arrivals)
+  stays within β;
+- routing: for least-loaded, a least-loaded instance; for the prefix router, against an
+  independent reference ring: bounded load, never a full instance while a non-full one exists,
+  affinity to the ring owner when it is not full.
+
+The oracle reports whichever comes first in time: a divergence from the reference's event trace
+or an invariant violation.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator, Mapping, Optional
+
+import oracles
+from fuzzkit.failure import Failure
+from targets.scheduling.routers import checks as router_checks
+from targets.scheduling.sim import Config
+from targets.scheduling.workload import Request, validate_requests
+
+Violation = dict[str, Any]
+
+
+def first_violation(inputs: Mapping[str, Any], output: Mapping[str, Any]) -> Optional[Violation]:
+    """The earliest invariant violation of a run (by simulated time), or None."""
+    if output["violation"] is not None:
+        return dict(output["violation"])
+    config = Config.from_json(inputs["config"])
+    found = [v for v in _violations(config, inputs, output)]
+    return min(found, key=lambda v: v["t"]) if found else None
+
+
+def _violations(config: Config, inputs: Mapping[str, Any],
+                output: Mapping[str, Any]) -> Iterator[Violation]:
+    for check in (_steps, _fcfs_order, _bypass, _routing, _liveness):
+        violation = check(config, inputs, output)
+        if violation is not None:
+            yield violation
+
+
+def _liveness(config: Config, inputs: Mapping[str, Any], output: Mapping[str, Any]) -> Optional[Violation]:
+    """Every request reaches every stage by the end of the run (reported at the last tick)."""
+    end = max([e["t"] for e in output["events"]] + [s["t"] for s in output["steps"]] +
+              [rec.get("finish", 0) for rec in output["requests"].values()], default=0)
+    for rid, rec in sorted(output["requests"].items(), key=lambda kv: int(kv[0])):
+        for stage in ("release", "dispatch", "first_token", "finish"):
+            if stage not in rec:
+                return {"check": "liveness", "t": end, "rid": int(rid),
+                        "message": f"request {rid} never reached {stage} (stuck after "
+                                   f"{sorted(rec) or 'nothing'})"}
+    return None
+
+
+def _steps(config: Config, inputs: Mapping[str, Any], output: Mapping[str, Any]) -> Optional[Violation]:
+    for step in output["steps"]:
+        used = step["decodes"] + step["prefill_tokens"]
+        if not config.serial and used > config.token_budget:
+            return {"check": "token_budget", "t": step["t"], "inst": step["inst"],
+                    "message": f"instance {step['inst']} ran a step of {used} tokens over a "
+                               f"budget of {config.token_budget}"}
+        idle_capacity = (step["prefill_tokens"] == 0 if config.serial
+                         else step["budget_left"] > 0)
+        if step["waiting"] and step["room"] > 0 and idle_capacity:
+            return {"check": "work_conservation", "t": step["t"], "inst": step["inst"],
+                    "message": f"instance {step['inst']} left {step['budget_left']} tokens of "
+                               f"budget and {step['room']} sequence slots unused while "
+                               f"{step['waiting']} requests waited"}
+    return None
+
+
+def _dispatch_ranks(output: Mapping[str, Any]) -> dict[int, list[tuple[int, dict[str, Any]]]]:
+    """Per instance, its dispatch events with their queue-arrival order (routing time, rid)."""
+    arrived = {e["rid"]: (e["t"], e["rid"]) for e in output["events"] if e["op"] == "route"}
+    per: dict[int, list[tuple[int, dict[str, Any]]]] = {}
+    for e in output["events"]:
+        if e["op"] == "dispatch":
+            per.setdefault(e["inst"], []).append((arrived[e["rid"]], e))
+    return per
+
+
+def _fcfs_order(config: Config, inputs: Mapping[str, Any], output: Mapping[str, Any]) -> Optional[Violation]:
+    if config.policy["name"] != "fcfs":
+        return None
+    for inst, dispatches in _dispatch_ranks(output).items():
+        for (before, _), (key, event) in zip(dispatches, dispatches[1:]):
+            if key < before:
+                return {"check": "fcfs_order", "t": event["t"], "inst": inst,
+                        "message": f"FCFS on instance {inst} dispatched request {event['rid']} "
+                                   f"after a request that arrived later"}
+    return None
+
+
+def _bypass(config: Config, inputs: Mapping[str, Any], output: Mapping[str, Any]) -> Optional[Violation]:
+    """Replay each instance's queue: every dispatch adds its cost to the bypass of each waiting
+    request that arrived before it."""
+    if config.policy["name"] != "fairway":
+        return None
+    beta = int(config.policy.get("beta", 0))
+    waiting: dict[int, dict[int, int]] = {}  # inst -> rid -> bypass so far
+    arrival: dict[int, tuple[int, int]] = {}
+    for e in output["events"]:
+        if e["op"] == "route":
+            waiting.setdefault(e["inst"], {})[e["rid"]] = 0
+            arrival[e["rid"]] = (e["t"], e["rid"])
+        elif e["op"] == "dispatch":
+            queue = waiting.get(e["inst"], {})
+            queue.pop(e["rid"], None)
+            for rid in queue:
+                if arrival[rid] < arrival[e["rid"]]:
+                    queue[rid] += e["cost"]
+                    if queue[rid] > beta:
+                        return {"check": "bypass", "t": e["t"], "inst": e["inst"], "rid": rid,
+                                "message": f"request {rid} was bypassed by {queue[rid]} ticks of "
+                                           f"later arrivals' work (β = {beta}); the last was "
+                                           f"request {e['rid']}"}
+    return None
+
+
+def _routing(config: Config, inputs: Mapping[str, Any], output: Mapping[str, Any]) -> Optional[Violation]:
+    name = config.router["name"]
+    ring = None
+    if name == "prefix":
+        from targets.scheduling.routers import reference
+
+        ring = reference.make_router("prefix", config.instances, config.seed,
+                                     **config.router_params())
+    for e in output["events"]:
+        if e["op"] == "scale_up":
+            if ring is not None:
+                ring.add_instance()
+            continue
+        if e["op"] != "route":
+            continue
+        owner = ring.owner(e["key"]) if ring is not None else None
+        capacity = ring.capacity(e["loads"]) if ring is not None else None
+        problem = router_checks.check_route(name, e["inst"], e["loads"], owner, capacity)
+        if problem is not None:
+            return {"check": "routing", "t": e["t"], "rid": e["rid"],
+                    "message": f"{name} router sent request {e['rid']} to instance {e['inst']} "
+                               f"with loads {e['loads']}: {problem}"}
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def oracle(inputs: dict[str, Any], expected: dict[str, Any], actual: dict[str, Any]) -> Optional[Failure]:
+    ref_violation = first_violation(inputs, expected)
+    if ref_violation is not None:
+        return Failure("invariant",
+                       f"the reference scheduler itself broke {ref_violation['check']}: "
+                       f"{ref_violation['message']}",
+                       f"invariant:scheduling:reference:{ref_violation['check']}", ref_violation)
+    violation = first_violation(inputs, actual)
+    diverged = oracles.trace(expected["events"], actual["events"], name="scheduling events")
+    if diverged is not None and (violation is None or _time_of(diverged) < violation["t"]):
+        return diverged
+    if violation is None:
+        return None
+    config = inputs["config"]
+    # the component whose rule broke, so that shrinking may simplify everything else
+    component = (config["router"]["name"] if violation["check"] in ("routing", "route_range")
+                 else config["policy"]["name"])
+    return Failure("invariant", f"{violation['check']}: {violation['message']}",
+                   f"invariant:scheduling:{violation['check']}:{component}", violation)
+
+
+def _time_of(failure: Failure) -> int:
+    for side in ("actual", "expected"):
+        step = failure.details.get(side)
+        if isinstance(step, dict) and "t" in step:
+            return int(step["t"])
+    return 0
+
+
+def validate(inputs: dict[str, Any]) -> Optional[str]:
+    try:
+        config = Config.from_json(inputs.get("config", {}))
+        requests = [Request.from_json(r) for r in inputs.get("requests", [])]
+    except (KeyError, TypeError, ValueError) as exc:
+        return f"bad scheduling case: {exc}"
+    return validate_requests(requests, config.block_size)

@@ -1,0 +1,190 @@
+"""Real-bug mutants of the optimized scheduling policies and routers.
+
+Each mutant replaces one small step of :mod:`.policies.optimized` or :mod:`.routers.optimized`
+with ``unittest.mock.patch.object``, written the way the buggy code would have been written.
+The Fairway mutants break the rules of the Fairway paper's scheduler (bypass budget against the
+oldest waiter, aging relative to the request's own prefill time); the LPM ones model SGLang's
+``schedule_policy.py`` (prefix matches recomputed every round; past 128 waiting requests it
+falls back to FCFS); the router ones model bounded-load consistent hashing (Mirrokni, Thorup,
+Zadimoghaddam 2018) as deployed in prefix-aware routers (SGLang router, llm-d), where the ring
+and the load reports are state that must be kept current.
+
+``tests/test_scheduling_mutants.py`` holds, for every mutant, a small case on which the
+reference and the clean implementation agree and the mutant fails, with the oracle check that
+catches it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+from typing import Any, Callable, ContextManager, Iterator, Sequence
+from unittest import mock
+
+from fuzzkit.target import Mutant
+from targets.scheduling.policies import optimized as P
+from targets.scheduling.routers import optimized as R
+
+FAIRWAY_PAPER = "Fairway prefill scheduling (COMPONENTS.md §2): bypass budget β over the oldest waiter"
+SGLANG_LPM = "sglang python/sglang/srt/managers/schedule_policy.py (LPM, FCFS fallback past 128)"
+BOUNDED_CH = ("consistent hashing with bounded loads, Mirrokni et al. 2018; prefix-aware "
+              "routing in sglang-router / llm-d")
+
+
+def _patches(*patches: tuple[Any, str, Any]) -> Callable[[], ContextManager[Any]]:
+    @contextlib.contextmanager
+    def apply() -> Iterator[None]:
+        with contextlib.ExitStack() as stack:
+            for owner, name, value in patches:
+                stack.enter_context(mock.patch.object(owner, name, value))
+            yield
+    return apply
+
+
+def _side(obj: Any, name: str, default: Any) -> Any:
+    return obj.__dict__.setdefault(name, default)
+
+
+# ---------------------------------------------------------------------------------- Fairway
+
+
+def _bypass_never_reset(self: P.FairwayPolicy) -> int:
+    """The budget counts every bypass since the queue was created: the subtraction of work
+    already charged to earlier oldest waiters was forgotten, so after β of bypass in total the
+    policy degrades to FCFS for good."""
+    return self._dispatched_total
+
+
+def _cap_on_newest(self: P.FairwayPolicy) -> int:
+    """The budget is measured on the *newest* waiter (the end of the queue), which nothing has
+    bypassed yet: the cap never binds and the oldest request starves."""
+    newest = max(self._age.values())
+    return sum(cost for age, cost in self._dispatched_cost.items() if age > newest)
+
+
+def _absolute_beats(self: P.KineticTournament, i: int, j: int, t: int) -> bool:
+    """Aging by absolute wait: score ``wait - cost`` (shortest-job-first with linear aging)
+    instead of the response ratio ``(wait + cost) / cost``, which ages relative to the request's
+    own prefill time."""
+    lhs = (t - self._arrival[i]) - self._cost[i]
+    rhs = (t - self._arrival[j]) - self._cost[j]
+    return lhs > rhs or (lhs == rhs and self._age[i] < self._age[j])
+
+
+def _absolute_overtake(self: P.KineticTournament, winner: int, loser: int) -> float:
+    """With ``wait - cost`` the order of two waiting requests never changes over time."""
+    return P.NEVER
+
+
+# -------------------------------------------------------------------------------------- LPM
+
+
+def _stale_hits(self: P.LpmPolicy, rid: int) -> None:
+    """Prefix matches computed once, when the request joined the queue, and never refreshed when
+    the cache gained or lost its blocks."""
+
+
+def _fallback_keeps_stale_order(self: P.LpmPolicy, now: int) -> int:
+    """SGLang's waiting queue is a list sorted *in place* (a stable sort on the prefix-match
+    length) while it is short; new requests are appended.  Past ``fallback_len`` it is no longer
+    sorted and served from the front: the order of the last LPM sort, not arrival order (and
+    ties in a sort keep that stale order too)."""
+    queue: list[int] = _side(self, "_queue", [])
+    known = set(queue)
+    queue[:] = [rid for rid in queue if rid in self._records]
+    queue += sorted((rid for rid in self._records if rid not in known), key=self._age.get)
+    if self.fallback_len is None or len(self._records) <= self.fallback_len:
+        queue.sort(key=lambda rid: -self._records[rid].hit)
+    return queue[0]
+
+
+# ----------------------------------------------------------------------------- SPF and FCFS
+
+
+def _salted_admit(self: P.SpfPolicy, request: Any, age: int) -> None:
+    """Ties broken by whatever order a hash set or ``id()`` gives: a salt drawn per process."""
+    salt = _side(self, "_salt", random.Random().random())
+    self._by_cost.set(request.rid, (request.cost, hash((salt, request.rid))))
+
+
+def _salted_repriced(self: P.SpfPolicy, rid: int) -> None:
+    salt = _side(self, "_salt", random.Random().random())
+    self._by_cost.set(rid, (self._records[rid].cost, hash((salt, rid))))
+
+
+def _fcfs_by_rid(self: P.FcfsPolicy, now: int) -> int:
+    """"First come" by request id (creation order upstream) instead of the time the request
+    joined *this* queue: a follow-up turn or a re-routed request jumps ahead."""
+    return min(self._records)
+
+
+def _dispatch_keeps_age(self: P.FcfsPolicy, rid: int) -> None:
+    """Lazy deletion that forgets half the bookkeeping: the record goes, its age entry stays, so
+    the deque still sees the request as waiting and hands it out again."""
+    self._records.pop(rid, None)
+
+
+# ---------------------------------------------------------------------------------- routers
+
+
+def _owner_only(self: R.PrefixRouter, key: int, loads: Sequence[int]) -> int:
+    """Pure consistent hashing: the load bound is computed but never consulted."""
+    return self.owner(key)
+
+
+def _scale_up_without_points(self: R.PrefixRouter) -> None:
+    """The new instance is counted but its virtual nodes never enter the ring: it receives only
+    overflow, and keys it should own stay on their old owners."""
+    self.n_instances += 1
+
+
+def _stale_loads(self: R.LeastLoadedRouter, key: int, loads: Sequence[int]) -> int:
+    """Routes on the load report of the previous request (a cached metrics poll)."""
+    previous = _side(self, "_previous", list(loads))
+    seen = previous + [0] * (len(loads) - len(previous))
+    self.__dict__["_previous"] = list(loads)
+    return min(range(len(loads)), key=seen.__getitem__)
+
+
+def _capacity_without_newcomer(self: R.PrefixRouter, loads: Sequence[int]) -> int:
+    """``ceil((1+ε)·S/n)`` without the request being placed: with every instance at the average
+    no instance is below capacity, and the walk falls off the ring."""
+    p, q = self.epsilon.numerator, self.epsilon.denominator
+    return -(-(q + p) * sum(loads) // (q * self.n_instances))
+
+
+MUTANTS: list[Mutant] = [
+    Mutant("fairway_bypass_never_reset", "optimized", "bypass budget never reset",
+           FAIRWAY_PAPER, _patches((P.FairwayPolicy, "_bypass_of_oldest", _bypass_never_reset))),
+    Mutant("fairway_cap_on_newest", "optimized", "bypass cap measured on the newest waiter",
+           FAIRWAY_PAPER, _patches((P.FairwayPolicy, "_bypass_of_oldest", _cap_on_newest))),
+    Mutant("fairway_absolute_aging", "optimized", "aging by absolute wait instead of relative",
+           FAIRWAY_PAPER + "; response ratio (wait + p) / p",
+           _patches((P.KineticTournament, "_beats", _absolute_beats),
+                    (P.KineticTournament, "overtake_tick", _absolute_overtake))),
+    Mutant("lpm_stale_hits", "optimized", "stale prefix-hit lengths in the queue order",
+           SGLANG_LPM, _patches((P.LpmPolicy, "_repriced", _stale_hits))),
+    Mutant("lpm_fallback_stale_order", "optimized",
+           "FCFS fallback keeps the stale LPM order", SGLANG_LPM,
+           _patches((P.LpmPolicy, "_choose", _fallback_keeps_stale_order))),
+    Mutant("spf_ties_nondeterministic", "optimized", "ties broken non-deterministically",
+           "hash-set / id() iteration order in a priority key",
+           _patches((P.SpfPolicy, "_admit", _salted_admit),
+                    (P.SpfPolicy, "_repriced", _salted_repriced))),
+    Mutant("fcfs_by_request_id", "optimized", "FCFS by request id, not true arrival order",
+           "FCFS must order by queue arrival (COMPONENTS.md §2: 'FCFS (true arrival order)')",
+           _patches((P.FcfsPolicy, "_choose", _fcfs_by_rid))),
+    Mutant("fcfs_double_dispatch", "optimized", "lazy deletion dispatches a request twice",
+           "lazy-deletion heap/deque bookkeeping",
+           _patches((P.FcfsPolicy, "_dispatch", _dispatch_keeps_age))),
+    Mutant("router_ignores_capacity", "optimized", "router ignores capacity", BOUNDED_CH,
+           _patches((R.PrefixRouter, "route", _owner_only))),
+    Mutant("ring_not_updated_on_scale_up", "optimized", "ring not updated on scale-up",
+           BOUNDED_CH, _patches((R.PrefixRouter, "add_instance", _scale_up_without_points))),
+    Mutant("capacity_without_newcomer", "optimized",
+           "bounded-load capacity computed without the request being placed", BOUNDED_CH,
+           _patches((R.PrefixRouter, "capacity", _capacity_without_newcomer))),
+    Mutant("least_loaded_stale_loads", "optimized", "least-loaded routing on stale load reports",
+           "router load metrics polled, not tracked per request (sglang-router, vLLM "
+           "production-stack)", _patches((R.LeastLoadedRouter, "route", _stale_loads))),
+]
