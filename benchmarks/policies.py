@@ -146,11 +146,11 @@ def _plot(path: Path, policy: dict[str, Any], routing: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--base-rate", type=float, default=2.0, help="requests/s outside the spike")
-    parser.add_argument("--spike-rate", type=float, default=6.0, help="requests/s in the spike")
-    parser.add_argument("--beta", type=float, default=10.0, help="Fairway bypass budget (s)")
-    parser.add_argument("--instances", type=int, default=4)
-    parser.add_argument("--cache-blocks", type=int, default=3000)
+    parser.add_argument("--base-rate", type=float, default=6.0, help="requests/s outside the spike")
+    parser.add_argument("--spike-rate", type=float, default=30.0, help="requests/s in the spike")
+    parser.add_argument("--beta", type=float, default=2.0, help="Fairway bypass budget (s)")
+    parser.add_argument("--instances", type=int, default=8)
+    parser.add_argument("--cache-blocks", type=int, default=6000)
     parser.add_argument("--plot", type=Path, default=ROOT / "reports" / "policies.png")
     args = parser.parse_args(argv)
 

@@ -324,7 +324,7 @@ class ReseedsRing(optimized.PrefixRouter):
         n = self.n_instances + 1
         self.seed, self.n_instances, self._ring, self._positions = self.seed + 1, 0, [], []
         for _ in range(n):
-            self._insert_points(self.n_instances)
+            self._add_points(self.n_instances)
             self.n_instances += 1
 
 

@@ -101,15 +101,18 @@ def _fallback_keeps_stale_order(self: P.LpmPolicy, now: int) -> int:
 # ----------------------------------------------------------------------------- SPF and FCFS
 
 
-def _salted_admit(self: P.SpfPolicy, request: Any, age: int) -> None:
+def _salted_key(self: P.SpfPolicy, rid: int) -> tuple[int, int]:
     """Ties broken by whatever order a hash set or ``id()`` gives: a salt drawn per process."""
     salt = _side(self, "_salt", random.Random().random())
-    self._by_cost.set(request.rid, (request.cost, hash((salt, request.rid))))
+    return (self._records[rid].cost, hash((salt, rid)))
+
+
+def _salted_admit(self: P.SpfPolicy, request: Any, age: int) -> None:
+    self._by_cost.set(request.rid, _salted_key(self, request.rid))
 
 
 def _salted_repriced(self: P.SpfPolicy, rid: int) -> None:
-    salt = _side(self, "_salt", random.Random().random())
-    self._by_cost.set(rid, (self._records[rid].cost, hash((salt, rid))))
+    self._by_cost.set(rid, _salted_key(self, rid))
 
 
 def _fcfs_by_rid(self: P.FcfsPolicy, now: int) -> int:

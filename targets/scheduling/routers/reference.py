@@ -127,7 +127,33 @@ class LeastLoadedRouter(_RouterBase):
 RingPoint = tuple[int, int, int]  # (position, instance, vnode): tuple order = ring order
 
 
-class PrefixRouter(_RouterBase):
+class RingRouter(_RouterBase):
+    """What both prefix routers share: parameters, ring point positions, scale-up.  Subclasses
+    keep the points their own way (``_add_points``)."""
+
+    name = "prefix"
+    DEFAULTS = {"vnodes": 64, "epsilon": 0.25}
+
+    def __init__(self, n_instances: int, seed: int, **params: Any) -> None:
+        super().__init__(n_instances, seed, **params)
+        self.vnodes = parse_int("vnodes", self.params["vnodes"], 1)
+        self.epsilon = parse_epsilon(self.params["epsilon"])
+        for instance in range(self.n_instances):
+            self._add_points(instance)
+
+    def _ring_point(self, instance: int, vnode: int) -> int:
+        """Ring position of one virtual node (tests override it to force ties)."""
+        return stable_hash("ring", self.seed, instance, vnode)
+
+    def _add_points(self, instance: int) -> None:
+        raise NotImplementedError
+
+    def add_instance(self) -> None:
+        self._add_points(self.n_instances)
+        super().add_instance()
+
+
+class PrefixRouter(RingRouter):
     """Consistent hashing with bounded loads (Mirrokni, Thorup, Zadimoghaddam 2018).
 
     Each instance owns ``vnodes`` ring points ``stable_hash("ring", seed, i, v)``.  A key's owner
@@ -141,28 +167,13 @@ class PrefixRouter(_RouterBase):
     algorithm from the optimized index walk, which is the point of a differential check.
     """
 
-    name = "prefix"
-    DEFAULTS = {"vnodes": 64, "epsilon": 0.25}
-
     def __init__(self, n_instances: int, seed: int, **params: Any) -> None:
-        super().__init__(n_instances, seed, **params)
-        self.vnodes = parse_int("vnodes", self.params["vnodes"], 1)
-        self.epsilon = parse_epsilon(self.params["epsilon"])
         self.points: list[RingPoint] = []
-        for instance in range(self.n_instances):
-            self._add_points(instance)
-
-    def _ring_point(self, instance: int, vnode: int) -> int:
-        """Ring position of one virtual node (tests override it to force ties)."""
-        return stable_hash("ring", self.seed, instance, vnode)
+        super().__init__(n_instances, seed, **params)
 
     def _add_points(self, instance: int) -> None:
         for vnode in range(self.vnodes):
             self.points.append((self._ring_point(instance, vnode), instance, vnode))
-
-    def add_instance(self) -> None:
-        self._add_points(self.n_instances)
-        super().add_instance()
 
     def _successor(self, key: int) -> RingPoint:
         at_or_after = [p for p in self.points if p[0] >= key]
