@@ -253,3 +253,41 @@ def test_routing_check_fires_on_a_full_instance() -> None:
     second = [e for e in forged["events"] if e["op"] == "route"][1]
     second["inst"] = 0  # instance 0 already holds request 0; instance 1 is empty
     assert checks.first_violation({"config": cfg}, forged)["check"] == "routing"
+
+
+# ------------------------------------------------------------------------ session KV memory
+
+
+def _two_sessions(eviction: str, cpu_blocks: int = 0) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Session A (17 tokens: 9 blocks, the last partial) goes idle, session B needs 7 of the 12
+    blocks, so 4 of A's go; then A returns with a 20-token prompt."""
+    trie = Trie()
+    a1 = Request(0, 0, 16, 1, tuple(trie.path([("a", i) for i in range(8)])))
+    b1 = Request(1, 30, 12, 1, tuple(trie.path([("b", i) for i in range(6)])))
+    a2 = Request(2, 0, 20, 1, tuple(trie.path([("a", i) for i in range(10)])), after=0, think=200)
+    cfg = config(memory={"kv_blocks": 12, "eviction": eviction, "cpu_blocks": cpu_blocks,
+                         "reload_per_block": 0})
+    return cfg, run(cfg, [a1, b1, a2])
+
+
+def test_penelope_keeps_the_suffix_and_recomputes_only_the_front_hole() -> None:
+    cfg, out = _two_sessions("penelope")
+    evictions = [e for e in out["events"] if e["op"] == "evict"]
+    assert evictions and evictions[0]["sid"] == 0 and evictions[0]["blocks"] == [0, 1, 2, 3]
+    assert checks.first_violation({"config": cfg}, out) is None
+    # kept [8, 17); recomputed: the hole [0, 8) at its positions and the new tokens [17, 20)
+    assert out["requests"]["2"]["hit"] == 9
+
+
+def test_tail_eviction_loses_the_later_history() -> None:
+    cfg, out = _two_sessions("tail_lru")
+    evictions = [e for e in out["events"] if e["op"] == "evict"]
+    assert evictions[0]["blocks"] == [5, 6, 7, 8]
+    assert out["requests"]["2"]["hit"] == 10  # blocks 0..4 kept, [10, 20) recomputed
+    assert checks.first_violation({"config": cfg}, out) is None
+
+
+def test_cpu_tier_turns_the_hole_into_a_reload() -> None:
+    cfg, out = _two_sessions("penelope", cpu_blocks=8)
+    assert out["requests"]["2"]["hit"] == 17  # the hole came back from the CPU tier
+    assert checks.first_violation({"config": cfg}, out) is None

@@ -26,12 +26,16 @@ from targets.scheduling import checks
 from targets.scheduling.workload import Request
 
 
-def run_with(policies: Any, routers: Any, inputs: dict[str, Any]) -> dict[str, Any]:
-    """Simulate ``inputs`` with the given policy and router modules."""
+def run_with(policies: Any, routers: Any, inputs: dict[str, Any], memory_class: Any = None,
+             admissions: Any = None) -> dict[str, Any]:
+    """Simulate ``inputs`` with the given policy and router modules, KV memory class and
+    admission controller classes."""
+    from targets.scheduling.memory import KVMemory
     from targets.scheduling.sim import simulate
 
     requests = [Request.from_json(r) for r in inputs["requests"]]
-    return simulate(inputs["config"], requests, policies, routers)
+    return simulate(inputs["config"], requests, policies, routers, memory_class or KVMemory,
+                    admissions)
 
 
 def _reference(inputs: dict[str, Any]) -> dict[str, Any]:
@@ -42,10 +46,12 @@ def _reference(inputs: dict[str, Any]) -> dict[str, Any]:
 
 
 def _optimized(inputs: dict[str, Any]) -> dict[str, Any]:
+    from targets.scheduling.admission import OPTIMIZED_ADMISSIONS
+    from targets.scheduling.memory import OptimizedKVMemory
     from targets.scheduling.policies import optimized as policies
     from targets.scheduling.routers import optimized as routers
 
-    return run_with(policies, routers, inputs)
+    return run_with(policies, routers, inputs, OptimizedKVMemory, OPTIMIZED_ADMISSIONS)
 
 
 def _strategy() -> Any:

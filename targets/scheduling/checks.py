@@ -43,7 +43,7 @@ def first_violation(inputs: Mapping[str, Any], output: Mapping[str, Any]) -> Opt
 
 def _violations(config: Config, inputs: Mapping[str, Any],
                 output: Mapping[str, Any]) -> Iterator[Violation]:
-    for check in (_steps, _fcfs_order, _bypass, _routing, _liveness):
+    for check in (_steps, _fcfs_order, _bypass, _routing, _admission, _liveness):
         violation = check(config, inputs, output)
         if violation is not None:
             yield violation
@@ -71,7 +71,7 @@ def _steps(config: Config, inputs: Mapping[str, Any], output: Mapping[str, Any])
                                f"budget of {config.token_budget}"}
         idle_capacity = (step["prefill_tokens"] == 0 if config.serial
                          else step["budget_left"] > 0)
-        if step["waiting"] and step["room"] > 0 and idle_capacity:
+        if step["waiting"] and step["room"] > 0 and idle_capacity and not step.get("blocked"):
             return {"check": "work_conservation", "t": step["t"], "inst": step["inst"],
                     "message": f"instance {step['inst']} left {step['budget_left']} tokens of "
                                f"budget and {step['room']} sequence slots unused while "
@@ -152,6 +152,24 @@ def _routing(config: Config, inputs: Mapping[str, Any], output: Mapping[str, Any
     return None
 
 
+def _admission(config: Config, inputs: Mapping[str, Any], output: Mapping[str, Any]) -> Optional[Violation]:
+    """The admission controller's invariants, re-derived from its log (Σ reservations ≤ B(t)
+    at every admission, each reservation released exactly once, Σ = 0 at the end, FIFO,
+    B(t) within bounds)."""
+    from targets.scheduling.admission import check_log
+
+    admission = output.get("admission")
+    if not admission:
+        return None
+    finished = all("finish" in rec for rec in output["requests"].values())
+    problem = check_log(admission["log"], b_min=admission["b_min"], b_max=admission["b_max"],
+                        all_finished=finished)
+    if problem is None:
+        return None
+    end = max([e["t"] for e in admission["log"]], default=0)
+    return {"check": "admission", "t": end, "message": problem}
+
+
 # ---------------------------------------------------------------------------------------------
 
 
@@ -171,7 +189,10 @@ def oracle(inputs: dict[str, Any], expected: dict[str, Any], actual: dict[str, A
     config = inputs["config"]
     # the component whose rule broke, so that shrinking may simplify everything else
     component = (config["router"]["name"] if violation["check"] in ("routing", "route_range")
-                 else config["policy"]["name"])
+                 else (config.get("admission") or {}).get("name", "none")
+                 if violation["check"] == "admission"
+                 else (config.get("memory") or {}).get("eviction", "tail_lru")
+                 if violation["check"].startswith("memory:") else config["policy"]["name"])
     return Failure("invariant", f"{violation['check']}: {violation['message']}",
                    f"invariant:scheduling:{violation['check']}:{component}", violation)
 
@@ -190,4 +211,11 @@ def validate(inputs: dict[str, Any]) -> Optional[str]:
         requests = [Request.from_json(r) for r in inputs.get("requests", [])]
     except (KeyError, TypeError, ValueError) as exc:
         return f"bad scheduling case: {exc}"
-    return validate_requests(requests, config.block_size)
+    problem = validate_requests(requests, config.block_size)
+    if problem is None and config.memory is not None:
+        b, pool = config.block_size, int(config.memory["kv_blocks"])
+        for r in requests:
+            if -(-(r.prompt + r.output) // b) > pool:
+                return (f"request {r.rid} needs {-(-(r.prompt + r.output) // b)} KV blocks, "
+                        f"more than the pool of {pool}: it could never run")
+    return problem

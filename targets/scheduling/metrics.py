@@ -10,8 +10,9 @@ from targets.scheduling.workload import SECOND, Request
 
 
 def ttfts(output: Mapping[str, Any]) -> dict[int, int]:
-    """Time to first token (ticks) of every request that got one, from its release."""
-    return {int(rid): rec["first_token"] - rec["release"]
+    """Time to first token (ticks) of every request that got one, from the moment it was sent:
+    its release, or for a session's first turn held by admission control, its arrival."""
+    return {int(rid): rec["first_token"] - rec.get("arrived", rec["release"])
             for rid, rec in output["requests"].items() if "first_token" in rec}
 
 
@@ -43,7 +44,8 @@ def goodput_over_time(output: Mapping[str, Any], *, slo_ttft: int, window: int) 
     """(window start in seconds, requests per second whose first token came in the window within
     the SLO): the curve a surge plot shows."""
     good = sorted(rec["first_token"] for rec in output["requests"].values()
-                  if "first_token" in rec and rec["first_token"] - rec["release"] <= slo_ttft)
+                  if "first_token" in rec
+                  and rec["first_token"] - rec.get("arrived", rec["release"]) <= slo_ttft)
     if not good:
         return []
     end = max(rec.get("finish", 0) for rec in output["requests"].values())

@@ -22,6 +22,8 @@ from typing import Any, Callable, ContextManager, Iterator, Sequence
 from unittest import mock
 
 from fuzzkit.target import Mutant
+from targets.scheduling import admission as A
+from targets.scheduling import memory as M
 from targets.scheduling.policies import optimized as P
 from targets.scheduling.routers import optimized as R
 
@@ -156,6 +158,122 @@ def _capacity_without_newcomer(self: R.PrefixRouter, loads: Sequence[int]) -> in
     return -(-(q + p) * sum(loads) // (q * self.n_instances))
 
 
+# ------------------------------------------------------------------- session KV memory
+
+MEM = M.OptimizedKVMemory
+PENELOPE = "Penelope front-of-history eviction (COMPONENTS.md §2): keep the shared prefix and a suffix"
+BASIN = "Basin admission control (COMPONENTS.md §2): reservations from an AIMD budget, FIFO"
+_BLOCKS_TO_EVICT = M.KVMemory.blocks_to_evict
+
+
+def _penelope_from_tail(self: M.KVMemory, victim: M.SessionKV, want: int) -> list[int]:
+    """Penelope configured, tail-LRU code path taken: the later (costlier) blocks go."""
+    if self.eviction == "penelope":
+        return sorted(victim.resident)[::-1][:want]
+    return _BLOCKS_TO_EVICT(self, victim, want)
+
+
+def _penelope_hole_in_suffix(self: M.KVMemory, victim: M.SessionKV, want: int) -> list[int]:
+    """Front eviction that starts one block too late: it keeps the first private block and
+    punches the hole inside what should be the kept suffix."""
+    if self.eviction == "penelope":
+        ordered = sorted(victim.resident)
+        return (ordered[1:] + ordered[:1])[:want]
+    return _BLOCKS_TO_EVICT(self, victim, want)
+
+
+def _drop_shared_ignoring_refs(self: M.KVMemory, s: M.SessionKV) -> None:
+    """Dropping one session's claim frees the shared prefix outright, although other sessions
+    still use it (refcount ignored)."""
+    if not s.holds_shared:
+        return
+    for block in s.shared:
+        self.shared_refs.pop(block, None)
+    s.holds_shared = False
+
+
+_PLAN = M.KVMemory.plan
+
+
+def _hole_at_wrong_positions(self: M.KVMemory, sid: int, shared: tuple[int, ...],
+                             prompt: int) -> M.Plan:
+    """The hole is recomputed as if it started right after the shared prefix with no history
+    before it: positions (and the context each token attends to) shifted to the front."""
+    plan = _PLAN(self, sid, shared, prompt)
+    start = len(shared) * self.block_size
+    shifted, position = [], start
+    for lo, hi in plan.recompute:
+        if lo >= start:
+            shifted.append((position, position + hi - lo))
+            position += hi - lo
+        else:
+            shifted.append((lo, hi))
+    return M.Plan(tuple(shifted), plan.reload_blocks, plan.hit_tokens)
+
+
+def _reload_and_recompute(self: M.KVMemory, sid: int, shared: tuple[int, ...],
+                          prompt: int) -> M.Plan:
+    """Blocks reloaded from the CPU tier are recomputed as well (the reload is paid for and then
+    thrown away): recomputed tokens exceed the hole minus what was reloaded."""
+    plan = _PLAN(self, sid, shared, prompt)
+    s = self.sessions.get(sid)
+    if not plan.reload_blocks or s is None:
+        return plan
+    b = self.block_size
+    extra = [(i * b, min((i + 1) * b, prompt)) for i in sorted(s.cpu) if i * b < prompt
+             and i not in s.resident]
+    ranges = M._merge(list(plan.recompute) + extra)
+    return M.Plan(tuple(ranges), plan.reload_blocks,
+                  prompt - sum(hi - lo for lo, hi in ranges))
+
+
+def _most_recent_victim(self: M.OrderedLRU, exclude: int) -> Any:
+    """The LRU list walked from the wrong end: the most recently used idle session is evicted."""
+    for sid in reversed(self._order):
+        s = self.sessions[sid]
+        if s.sid != exclude and s.running == 0 and (s.resident or s.holds_shared):
+            return s
+    return None
+
+
+# -------------------------------------------------------------------------------- admission
+
+BASIN_CLASS = A.OPTIMIZED_ADMISSIONS["basin"]
+_RELEASE_ONCE = A._Controller._release
+
+
+def _release_twice(self: Any, sid: int, now: int) -> None:
+    """The reservation is given back on the session's end *and* again on its last turn's."""
+    amount = self.admitted[sid]
+    _RELEASE_ONCE(self, sid, now)
+    self.reserved -= amount
+    self._record(now, "release", sid, amount)
+
+
+def _release_never(self: Any, sid: int, now: int) -> None:
+    """The session leaves, its reservation stays: the budget leaks until nothing is admitted."""
+    self.admitted.pop(sid)
+
+
+def _fits_before_newcomer(self: Any, reservation: int) -> bool:
+    """The budget checked before adding the newcomer's reservation."""
+    return self.reserved <= self.budget
+
+
+def _first_that_fits(self: Any) -> Any:
+    """Any held session that fits is admitted, not the head: small sessions overtake."""
+    for sid in self.held:
+        if self._fits(self._pending[sid]):
+            return sid
+    return None
+
+
+def _decrease_without_floor(self: Any, now: int, cause: str) -> None:
+    """AIMD without a floor: repeated congestion drives B(t) below b_min (towards 0)."""
+    shrunk = self.budget * self.decrease.numerator // self.decrease.denominator
+    self._set_budget(shrunk, now, cause)
+
+
 MUTANTS: list[Mutant] = [
     Mutant("fairway_bypass_never_reset", "optimized", "bypass budget never reset",
            FAIRWAY_PAPER, _patches((P.FairwayPolicy, "_bypass_of_oldest", _bypass_never_reset))),
@@ -190,4 +308,31 @@ MUTANTS: list[Mutant] = [
     Mutant("least_loaded_stale_loads", "optimized", "least-loaded routing on stale load reports",
            "router load metrics polled, not tracked per request (sglang-router, vLLM "
            "production-stack)", _patches((R.LeastLoadedRouter, "route", _stale_loads))),
+    Mutant("penelope_evicts_tail", "optimized", "Penelope evicts from the tail", PENELOPE,
+           _patches((MEM, "blocks_to_evict", _penelope_from_tail))),
+    Mutant("penelope_hole_in_suffix", "optimized", "hole punched inside the kept suffix",
+           PENELOPE, _patches((MEM, "blocks_to_evict", _penelope_hole_in_suffix))),
+    Mutant("shared_prefix_evicted_while_referenced", "optimized",
+           "shared prefix evicted while referenced", PENELOPE + "; vLLM/SGLang prefix refcounts",
+           _patches((MEM, "_drop_shared", _drop_shared_ignoring_refs))),
+    Mutant("hole_recomputed_at_wrong_positions", "optimized",
+           "recomputed segment at wrong positions", PENELOPE,
+           _patches((MEM, "plan", _hole_at_wrong_positions))),
+    Mutant("cpu_reload_also_recomputed", "optimized",
+           "recompute != hole - reload (CPU tier reload wasted)", PENELOPE + "; CPU tier",
+           _patches((MEM, "plan", _reload_and_recompute))),
+    Mutant("lru_evicts_most_recent", "optimized", "LRU list walked from the wrong end",
+           "vLLM FreeKVCacheBlockQueue / SGLang radix LRU order",
+           _patches((M.OrderedLRU, "victim", _most_recent_victim))),
+    Mutant("basin_release_twice", "optimized", "reservation released twice", BASIN,
+           _patches((BASIN_CLASS, "_release", _release_twice))),
+    Mutant("basin_release_never", "optimized", "reservation never released", BASIN,
+           _patches((BASIN_CLASS, "_release", _release_never))),
+    Mutant("basin_budget_before_newcomer", "optimized",
+           "budget checked before adding the newcomer's reservation", BASIN,
+           _patches((BASIN_CLASS, "_fits", _fits_before_newcomer))),
+    Mutant("basin_admits_out_of_fifo", "optimized", "admission out of FIFO order", BASIN,
+           _patches((BASIN_CLASS, "_next_to_admit", _first_that_fits))),
+    Mutant("basin_aimd_without_floor", "optimized", "AIMD without a floor", BASIN,
+           _patches((BASIN_CLASS, "_decrease", _decrease_without_floor))),
 ]

@@ -2,13 +2,13 @@
 copy of the case and compares what must (not) change.
 
 - ``scale_invariance``: multiplying every time constant (arrivals, think times, scale-up times,
-  cost constants, β) by ``c`` leaves every decision the same and multiplies every time by ``c``.
+  cost constants, the CPU tier's reload cost, β, the admission controller's clocks) by ``c`` leaves every decision the same and multiplies every time by ``c``.
   Exact, because costs are integers and policies compare by cross-multiplication.
 - ``fairway_beta_zero_is_fcfs``: Fairway with β = 0 makes exactly the FCFS decisions.
 - ``fairway_equal_costs_is_fcfs``: with every prefill costing the same (k1 = k2 = 0), Fairway
   with any β makes exactly the FCFS decisions.
-- ``fairway_ttft_bound``: on one server in ``serial`` mode with fixed costs (no prefix cache)
-  and open-loop arrivals (follow-up turns released at their own ``arrival``, since a closed
+- ``fairway_ttft_bound``: on one server in ``serial`` mode with fixed costs (no prefix cache,
+  no session memory, no admission control) and open-loop arrivals (follow-up turns released at their own ``arrival``, since a closed
   loop makes arrivals depend on the policy), ``TTFT_fairway(q) <= TTFT_fcfs(q) + β`` for
   every request q.
 
@@ -61,6 +61,11 @@ def scale_invariance(run: Run, inputs: dict[str, Any]) -> Optional[Failure]:
     config["scale_ups"] = [t * SCALE for t in config.get("scale_ups", [])]
     if config["policy"]["name"] == "fairway":
         config["policy"]["beta"] = int(config["policy"].get("beta", 0)) * SCALE
+    if config.get("memory"):
+        config["memory"]["reload_per_block"] = config["memory"].get("reload_per_block", 0) * SCALE
+    for key in ("cooldown", "increase_every"):  # admission's clocks
+        if config.get("admission") and key in config["admission"]:
+            config["admission"][key] *= SCALE
     for r in scaled_inputs["requests"]:
         r["arrival"] *= SCALE
         r["think"] = r.get("think", 0) * SCALE
@@ -118,8 +123,11 @@ def equal_costs_is_fcfs(run: Run, inputs: dict[str, Any]) -> Optional[Failure]:
     if policy["name"] != "fairway":
         return None
     cost = {**_cost(inputs), "k1": 0, "k2": 0}
-    return _same_as_fcfs(run, _variant(inputs, cost=cost), "fairway_equal_costs_is_fcfs",
-                         "every prefill cost the same (k1 = k2 = 0)")
+    variant = _variant(inputs, cost=cost)
+    if variant["config"].get("memory"):  # reloads from the CPU tier cost too
+        variant["config"]["memory"]["reload_per_block"] = 0
+    return _same_as_fcfs(run, variant, "fairway_equal_costs_is_fcfs",
+                         "every prefill cost the same (k1 = k2 = 0, free reloads)")
 
 
 def ttft_bound(run: Run, inputs: dict[str, Any]) -> Optional[Failure]:
@@ -127,8 +135,8 @@ def ttft_bound(run: Run, inputs: dict[str, Any]) -> Optional[Failure]:
     if policy["name"] != "fairway":
         return None
     beta = int(policy.get("beta", 0))
-    single = dict(instances=1, serial=True, cache_blocks=0, scale_ups=[],
-                  router={"name": "round_robin"})
+    single = dict(instances=1, serial=True, cache_blocks=0, scale_ups=[], memory=None,
+                  admission=None, router={"name": "round_robin"})
     open_loop = _variant(inputs, **single)
     for r in open_loop["requests"]:  # a follow-up's release would depend on the policy
         r["after"], r["think"] = None, 0

@@ -27,8 +27,10 @@ import heapq
 from types import ModuleType
 from typing import Any, Mapping, Optional
 
+from targets.scheduling import memory_checks
 from targets.scheduling.cache import PrefixCache
 from targets.scheduling.cost import CostModel
+from targets.scheduling.memory import KVMemory
 from targets.scheduling.policies.base import Waiting
 from targets.scheduling.routers.base import stable_hash
 from targets.scheduling.workload import Request
@@ -46,9 +48,11 @@ DEFAULTS: dict[str, Any] = {
     "policy": {"name": "fcfs"},
     "router": {"name": "round_robin"},
     "cost": {},
+    "memory": None,  # {"kv_blocks", "eviction", "cpu_blocks", "reload_per_block"}: see memory.py
+    "admission": None,  # {"name": "none"|"static_cap"|"basin", ...}: see admission.py
 }
 
-_SCALE_UP, _STEP_END, _RELEASE = 0, 1, 2
+_SCALE_UP, _STEP_END, _ARRIVE, _RELEASE = 0, 1, 2, 3
 
 
 class Stop(Exception):
@@ -73,6 +77,8 @@ class Config:
     policy: dict[str, Any]
     router: dict[str, Any]
     cost: CostModel
+    memory: Optional[dict[str, Any]] = None
+    admission: Optional[dict[str, Any]] = None
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "Config":
@@ -86,7 +92,15 @@ class Config:
             cache_blocks=int(merged["cache_blocks"]), serial=bool(merged["serial"]),
             seed=int(merged["seed"]), scale_ups=sorted(int(t) for t in merged["scale_ups"]),
             max_events=int(merged["max_events"]), policy=dict(merged["policy"]),
-            router=dict(merged["router"]), cost=CostModel.from_json(merged["cost"]))
+            router=dict(merged["router"]), cost=CostModel.from_json(merged["cost"]),
+            memory=None if merged["memory"] is None else dict(merged["memory"]),
+            admission=None if merged["admission"] is None else dict(merged["admission"]))
+        if config.memory is not None:
+            unknown = set(config.memory) - {"kv_blocks", "eviction", "cpu_blocks",
+                                            "reload_per_block"}
+            if unknown or "kv_blocks" not in config.memory:
+                raise ValueError("memory needs kv_blocks (and optionally eviction, cpu_blocks, "
+                                 f"reload_per_block); unknown: {sorted(unknown)}")
         if config.block_size < 1 or config.instances < 1:
             raise ValueError("block_size and instances must be >= 1")
         if not 1 <= config.max_running <= config.token_budget:
@@ -108,19 +122,51 @@ class Config:
 
 @dataclasses.dataclass
 class _Prefill:
+    """A request being prefilled: the token ranges still to compute, in position order (one
+    range after a prefix hit; several when a session's evicted front must be recomputed too),
+    and a reload cost paid with its first chunk."""
+
     rid: int
-    done: int  # tokens cached or already prefilled
-    prompt: int
+    segments: list[list[int]]
+    extra: int = 0
+
+    @property
+    def remaining(self) -> int:
+        return sum(end - start for start, end in self.segments)
+
+    def take(self, tokens: int, cost: CostModel) -> int:
+        """Consume ``tokens`` from the front; return their cost (each at its own positions)."""
+        total, self.extra = self.extra, 0
+        while tokens > 0:
+            start, end = self.segments[0]
+            n = min(tokens, end - start)
+            total += cost.chunk(n, start)
+            tokens -= n
+            if start + n == end:
+                self.segments.pop(0)
+            else:
+                self.segments[0][0] = start + n
+        return total
 
 
 class Instance:
     """One serving instance: a prefill queue (the policy), running sequences, a prefix cache."""
 
-    def __init__(self, index: int, config: Config, policies: ModuleType) -> None:
+    def __init__(self, index: int, config: Config, policies: ModuleType,
+                 memory_class: type = KVMemory) -> None:
         self.index = index
         self.config = config
         self.queue = policies.make_policy(config.policy["name"], **config.policy_params())
         self.cache = PrefixCache(config.cache_blocks)
+        self.memory: Optional[KVMemory] = None
+        if config.memory is not None:
+            self.memory = memory_class(
+                int(config.memory["kv_blocks"]), config.block_size,
+                config.memory.get("eviction", "tail_lru"), config.cost,
+                cpu_blocks=int(config.memory.get("cpu_blocks", 0)),
+                reload_per_block=int(config.memory.get("reload_per_block", 0)))
+        self.deferred: list[Waiting] = []  # dispatched but waiting for KV memory, FIFO
+        self._plan_keys: dict[int, tuple[int, int]] = {}  # rid -> memory.plan_key it was priced at
         self.waiting: dict[int, Waiting] = {}
         self.prefilling: list[_Prefill] = []
         self.decoding: dict[int, int] = {}  # rid -> tokens still to generate
@@ -130,34 +176,71 @@ class Instance:
 
     @property
     def load(self) -> int:
-        return len(self.waiting) + len(self.prefilling) + len(self.decoding)
+        return (len(self.waiting) + len(self.deferred) + len(self.prefilling)
+                + len(self.decoding))
 
-    def price(self, request: Request) -> tuple[int, int]:
-        """(hit tokens, predicted prefill cost) of ``request`` against the cache now.  At least
-        one prompt token is always computed (its logits give the first output token)."""
+    @property
+    def version(self) -> int:
+        """Changes whenever a waiting request's price may have changed."""
+        return self.memory.version if self.memory is not None else self.cache.version
+
+    def plan(self, request: Request, sid: int) -> tuple[int, int, list[list[int]], int]:
+        """(hit tokens, predicted prefill cost, token ranges to compute, reload cost) of
+        ``request`` now.  At least one prompt token is always computed (its logits give the
+        first output token)."""
         b = self.config.block_size
+        if self.memory is not None:
+            shared = request.blocks[: request.shared // b]
+            plan = self.memory.plan(sid, shared, request.prompt)
+            return (plan.hit_tokens, self.memory.plan_cost(plan),
+                    [list(r) for r in plan.recompute],
+                    self.memory.reload_per_block * plan.reload_blocks)
         hit = min(self.cache.match(request.blocks[: request.prompt // b]) * b, request.prompt - 1)
-        return hit, self.config.cost.prefill(request.prompt - hit, hit)
+        return hit, self.config.cost.prefill(request.prompt - hit, hit), [[hit, request.prompt]], 0
+
+    def price(self, request: Request, sid: int) -> tuple[int, int]:
+        hit, cost, _, _ = self.plan(request, sid)
+        return hit, cost
 
 
 class Simulation:
     def __init__(self, config: Config, requests: list[Request], policies: ModuleType,
-                 routers: ModuleType) -> None:
+                 routers: ModuleType, memory_class: type = KVMemory,
+                 admissions: Optional[Mapping[str, type]] = None) -> None:
         self.config = config
+        self.memory_class = memory_class
         self.requests = {r.rid: r for r in requests}
         self.policies = policies
         self.router = routers.make_router(config.router["name"], config.instances, config.seed,
                                           **config.router_params())
-        self.instances = [Instance(i, config, policies) for i in range(config.instances)]
+        self.instances = [Instance(i, config, policies, memory_class)
+                          for i in range(config.instances)]
         self.events: list[dict[str, Any]] = []  # the observable trace
         self.steps: list[dict[str, Any]] = []  # one record per step, for invariant checks
         self.record: dict[int, dict[str, Any]] = {r.rid: {} for r in requests}
         self._heap: list[tuple[int, int, int, int]] = []
         self._followers: dict[int, list[int]] = {}
         self.now = 0
+        # sessions: a chain of follow-up turns; the root is the turn that follows nothing
+        self.sid: dict[int, int] = {}
+        self.outstanding: dict[int, int] = {}
+        self.peak: dict[int, int] = {}
+        b = config.block_size
+        for r in requests:
+            sid = r.rid if r.after is None else self.sid[r.after]
+            self.sid[r.rid] = sid
+            self.outstanding[sid] = self.outstanding.get(sid, 0) + 1
+            self.peak[sid] = max(self.peak.get(sid, 0), -(-(r.prompt + r.output) // b))
+        self.admission = None
+        if config.admission is not None:
+            from targets.scheduling.admission import make_admission
+
+            params = {k: v for k, v in config.admission.items() if k != "name"}
+            self.admission = make_admission(config.admission["name"], admissions, **params)
+        self._log_seen = 0
         for r in requests:
             if r.after is None:
-                self._push(r.arrival, _RELEASE, r.rid)
+                self._push(r.arrival, _ARRIVE if self.admission else _RELEASE, r.rid)
             else:
                 self._followers.setdefault(r.after, []).append(r.rid)
         for t in config.scale_ups:
@@ -181,17 +264,46 @@ class Simulation:
                     self._scale_up()
                 elif kind == _STEP_END:
                     self._end_step(self.instances[who])
+                elif kind == _ARRIVE:
+                    self.record[who]["arrived"] = self.now
+                    self._admitted(self.admission.arrive(self.sid[who], self.peak[who], self.now))
                 else:
                     self._release(self.requests[who])
             for instance in self.instances:
                 if not instance.busy:
                     self._start_step(instance)
 
+    # -- admission ---------------------------------------------------------------------------
+
+    def _admitted(self, sids: list[int], delay: int = 0) -> None:
+        """Release the first turn of every session admission just let in (a session's id is its
+        root request's rid).  Admissions decided while a step is being formed (budget ticks,
+        congestion signals) take effect one step overhead ``k0`` later: releasing them at this
+        tick could put a request into a queue behind one that arrived at the same tick with a
+        larger id, against the policies' arrival order; ``k0`` keeps runs scale-invariant."""
+        self._record_admission()
+        for sid in sids:
+            self._push(self.now + delay, _RELEASE, sid)
+
+    def _record_admission(self) -> None:
+        if self.admission is None:
+            return
+        for entry in self.admission.log[self._log_seen:]:
+            if entry["op"] in ("admit", "hold", "release"):
+                self.events.append({"op": entry["op"], "t": self.now, "sid": entry["sid"],
+                                    "budget": entry["budget"]})
+        self._log_seen = len(self.admission.log)
+
+    def _signal(self, kind: str) -> None:
+        if self.admission is not None:
+            self._admitted(self.admission.signal(kind, self.now), self.config.cost.k0)
+
     # -- events ------------------------------------------------------------------------------
 
     def _scale_up(self) -> None:
         self.router.add_instance()
-        self.instances.append(Instance(len(self.instances), self.config, self.policies))
+        self.instances.append(Instance(len(self.instances), self.config, self.policies,
+                                       self.memory_class))
         self.events.append({"op": "scale_up", "t": self.now, "instances": len(self.instances)})
 
     def _release(self, request: Request) -> None:
@@ -204,75 +316,126 @@ class Simulation:
         self.events.append({"op": "route", "t": self.now, "rid": request.rid, "inst": chosen,
                             "key": key, "loads": loads})
         instance = self.instances[chosen]
-        hit, cost = instance.price(request)
+        hit, cost = instance.price(request, self.sid[request.rid])
+        if instance.memory is not None:
+            instance._plan_keys[request.rid] = instance.memory.plan_key(self.sid[request.rid])
         waiting = Waiting(request.rid, self.now, cost, hit)
         instance.waiting[request.rid] = waiting
         instance.queue.push(waiting)
         self.record[request.rid].update(release=self.now, instance=chosen)
 
     def _reprice(self, instance: Instance) -> None:
-        if instance._priced_at == instance.cache.version:
+        if instance._priced_at == instance.version:
             return
-        instance._priced_at = instance.cache.version
+        instance._priced_at = instance.version
+        memory = instance.memory
         for rid, old in list(instance.waiting.items()):
-            hit, cost = instance.price(self.requests[rid])
+            if memory is not None:  # skip requests whose session's residency did not change
+                key = memory.plan_key(self.sid[rid])
+                if instance._plan_keys.get(rid) == key:
+                    continue
+                instance._plan_keys[rid] = key
+            hit, cost = instance.price(self.requests[rid], self.sid[rid])
             if (hit, cost) != (old.hit, old.cost):
                 instance.waiting[rid] = dataclasses.replace(old, hit=hit, cost=cost)
                 instance.queue.reprice(rid, cost, hit)
 
+    def _room(self, instance: Instance) -> bool:
+        return len(instance.prefilling) + len(instance.decoding) < self.config.max_running
+
     def _start_step(self, instance: Instance) -> None:
         config = self.config
+        if self.admission is not None and instance.memory is not None:
+            memory = instance.memory
+            self._admitted(self.admission.tick(self.now, memory.free, memory.capacity),
+                           config.cost.k0)
         budget = config.token_budget
         decodes = [] if config.serial else list(instance.decoding)
         budget -= len(decodes)
         chunks: list[tuple[_Prefill, int]] = []
         for prefill in instance.prefilling:
-            take = min(prefill.prompt - prefill.done, budget)
+            take = min(prefill.remaining, budget)
             if take > 0:
                 chunks.append((prefill, take))
                 budget -= take
         self._reprice(instance)
-        held = False
-        while (budget > 0 and instance.waiting and not (config.serial and chunks)
-               and len(instance.prefilling) + len(instance.decoding) < config.max_running):
-            rid = instance.queue.pop(self.now)
-            if rid is None:  # a policy that idles with work waiting: the invariant will say so
-                held = True
+        held = blocked = False
+        while (budget > 0 and (instance.waiting or instance.deferred)
+               and not (config.serial and chunks) and self._room(instance)):
+            if instance.deferred:
+                seen = instance.deferred[0]
+            else:
+                rid = instance.queue.pop(self.now)
+                if rid is None:  # a policy that idles with work waiting: the invariant says so
+                    held = True
+                    break
+                if rid not in instance.waiting:
+                    raise Stop("dispatch_unknown",
+                               f"instance {instance.index}'s policy dispatched rid {rid!r}, "
+                               "which is not waiting there (dispatched twice, or never routed "
+                               "there)", rid=rid, inst=instance.index)
+                seen = instance.waiting.pop(rid)
+                self.events.append({"op": "dispatch", "t": self.now, "inst": instance.index,
+                                    "rid": rid, "hit": seen.hit, "cost": seen.cost})
+                self.record[rid].update(dispatch=self.now, hit=seen.hit)
+                instance.deferred.append(seen)
+            prefill = self._admit_to_memory(instance, seen.rid)
+            if prefill is None:
+                blocked = True  # no KV memory even after evicting every idle session
+                self._signal("preemption")
                 break
-            if rid not in instance.waiting:
-                raise Stop("dispatch_unknown",
-                           f"instance {instance.index}'s policy dispatched rid {rid!r}, which is "
-                           "not waiting there (dispatched twice, or never routed there)",
-                           rid=rid, inst=instance.index)
-            seen = instance.waiting.pop(rid)
-            request = self.requests[rid]
-            self.events.append({"op": "dispatch", "t": self.now, "inst": instance.index,
-                                "rid": rid, "hit": seen.hit, "cost": seen.cost})
-            self.record[rid].update(dispatch=self.now, hit=seen.hit)
-            prefill = _Prefill(rid, seen.hit, request.prompt)
+            instance.deferred.pop(0)
             instance.prefilling.append(prefill)
-            take = prefill.prompt - prefill.done if config.serial else min(
-                prefill.prompt - prefill.done, budget)
+            take = prefill.remaining if config.serial else min(prefill.remaining, budget)
             chunks.append((prefill, take))
             budget -= take
         if not chunks and not decodes:
-            if held:
-                self.steps.append(self._step_record(instance, 0, 0, budget))
+            if held or blocked:
+                self.steps.append(self._step_record(instance, 0, 0, budget, blocked))
             return
         duration = config.cost.k0 + config.cost.decode * len(decodes) + sum(
-            config.cost.chunk(take, prefill.done) for prefill, take in chunks)
+            prefill.take(take, config.cost) for prefill, take in chunks)
         self.steps.append(self._step_record(instance, len(decodes),
-                                            sum(take for _, take in chunks), budget))
+                                            sum(take for _, take in chunks), budget, blocked))
         instance.busy = True
         instance._step = (chunks, decodes)
         self._push(self.now + duration, _STEP_END, instance.index)
 
+    def _admit_to_memory(self, instance: Instance, rid: int) -> Optional[_Prefill]:
+        """The ranges to compute for ``rid``, after making its context resident (memory mode);
+        None when the memory cannot hold it now."""
+        request = self.requests[rid]
+        sid = self.sid[rid]
+        _, _, segments, extra = instance.plan(request, sid)
+        memory = instance.memory
+        if memory is None:
+            return _Prefill(rid, segments, extra)
+        b = self.config.block_size
+        seen = len(memory.events)
+        plan = memory.acquire(sid, request.blocks[: request.shared // b],
+                              request.prompt + request.output, request.prompt, self.now)
+        evictions = [e for e in memory.events[seen:] if e["op"] == "evict"]
+        for event in evictions:
+            self.events.append({"op": "evict", "t": self.now, "inst": instance.index,
+                                "sid": event["sid"], "blocks": event["blocks"],
+                                "shared_dropped": event["shared_dropped"]})
+        problem = memory_checks.audit(memory, self.config.memory.get("eviction", "tail_lru"),
+                                      memory.events[seen:])
+        if problem is not None:
+            raise Stop(f"memory:{problem[0]}", problem[1], inst=instance.index, rid=rid)
+        if evictions:
+            self._signal("active_eviction")
+        if plan is None:
+            return None
+        return _Prefill(rid, [list(r) for r in plan.recompute],
+                        memory.reload_per_block * plan.reload_blocks)
+
     def _step_record(self, instance: Instance, decodes: int, prefill_tokens: int,
-                     budget_left: int) -> dict[str, Any]:
+                     budget_left: int, blocked: bool = False) -> dict[str, Any]:
         room = self.config.max_running - len(instance.prefilling) - len(instance.decoding)
         return {"t": self.now, "inst": instance.index, "decodes": decodes,
                 "prefill_tokens": prefill_tokens, "budget_left": budget_left,
-                "waiting": len(instance.waiting), "room": room}
+                "waiting": len(instance.waiting), "room": room, "blocked": blocked}
 
     def _end_step(self, instance: Instance) -> None:
         assert instance._step is not None
@@ -284,14 +447,14 @@ class Simulation:
                 del instance.decoding[rid]
                 self._finish(instance, rid)
         b = self.config.block_size
-        for prefill, take in chunks:
-            prefill.done += take
-            if prefill.done < prefill.prompt:
+        for prefill, _ in chunks:
+            if prefill.remaining:
                 continue
             instance.prefilling.remove(prefill)
             request = self.requests[prefill.rid]
             self.record[prefill.rid]["first_token"] = self.now
-            instance.cache.insert(request.blocks[: request.prompt // b])
+            if instance.memory is None:
+                instance.cache.insert(request.blocks[: request.prompt // b])
             if request.output == 1 or self.config.serial:
                 self._finish(instance, prefill.rid)
             else:
@@ -300,22 +463,38 @@ class Simulation:
     def _finish(self, instance: Instance, rid: int) -> None:
         request = self.requests[rid]
         self.record[rid]["finish"] = self.now
-        instance.cache.insert(request.blocks)
+        sid = self.sid[rid]
+        self.outstanding[sid] -= 1
+        if instance.memory is None:
+            instance.cache.insert(request.blocks)
+        else:
+            instance.memory.release(sid, self.now)
+        if self.outstanding[sid] == 0:
+            for other in self.instances:
+                if other.memory is not None:
+                    other.memory.end(sid)
+            if self.admission is not None:
+                self._admitted(self.admission.finish(sid, self.now))
         for follower in self._followers.get(rid, ()):
             nxt = self.requests[follower]
             self._push(max(nxt.arrival, self.now + nxt.think), _RELEASE, follower)
 
 
 def simulate(config: Mapping[str, Any], requests: list[Request], policies: ModuleType,
-             routers: ModuleType) -> dict[str, Any]:
+             routers: ModuleType, memory_class: type = KVMemory,
+             admissions: Optional[Mapping[str, type]] = None) -> dict[str, Any]:
     """Run the simulation; return the event trace, per-request times and step records, plus the
     protocol violation that stopped it (or None)."""
-    sim = Simulation(Config.from_json(config), requests, policies, routers)
+    sim = Simulation(Config.from_json(config), requests, policies, routers, memory_class,
+                     admissions)
     violation = None
     try:
         sim.run()
     except Stop as stop:
         violation = {"check": stop.check, "message": stop.message, "t": sim.now, **stop.details}
-    return {"events": sim.events, "steps": sim.steps,
+    sim._record_admission()
+    admission = None if sim.admission is None else {
+        "log": sim.admission.log, "b_min": sim.admission.b_min, "b_max": sim.admission.b_max}
+    return {"events": sim.events, "steps": sim.steps, "admission": admission,
             "requests": {str(rid): rec for rid, rec in sim.record.items()},
             "violation": violation}

@@ -78,12 +78,14 @@ def _requests(specs: list[tuple[int, ...]], arrivals: list[int]) -> list[dict[st
             prompt = previous.prompt + previous.output + private
             blocks = list(previous.blocks)  # the history is the earlier request's blocks
             blocks += trie.path([("r", rid, j) for j in range((prompt + out) // BLOCK)])[len(blocks):]
-            request = Request(rid, arrival, prompt, out, tuple(blocks), after=follow, think=think)
+            request = Request(rid, arrival, prompt, out, tuple(blocks), after=follow, think=think,
+                              shared=previous.shared)
         else:
             prompt = doc_tokens + private
             labels = [("d", doc, j) for j in range(doc_tokens // BLOCK)]
             labels += [("r", rid, j) for j in range(len(labels), (prompt + out) // BLOCK)]
-            request = Request(rid, arrival, prompt, out, tuple(trie.path(labels)))
+            request = Request(rid, arrival, prompt, out, tuple(trie.path(labels)),
+                              shared=doc_tokens // BLOCK * BLOCK)
         built.append(request)
     return [r.to_json() for r in built]
 
@@ -125,4 +127,23 @@ def inputs(draw: st.DrawFn) -> dict[str, Any]:
         "router": draw(_router()),
         "cost": cost,
     }
-    return {"config": config, "requests": _requests(specs, arrivals)}
+    requests = _requests(specs, arrivals)
+    if draw(st.integers(0, 2)) == 0:
+        # session KV memory: a pool just above the largest context (it must fit on its own), so
+        # that nearly every turn evicts somebody's history
+        largest = max(-(-(r["prompt"] + r["output"]) // BLOCK) for r in requests)
+        config["memory"] = {"kv_blocks": largest + draw(st.sampled_from([0, 1, 2, 4, 12])),
+                            "eviction": draw(st.sampled_from(["tail_lru", "session",
+                                                              "penelope"])),
+                            "cpu_blocks": draw(st.sampled_from([0, 0, 2, 8])),
+                            "reload_per_block": draw(st.sampled_from([0, 1, 50]))}
+        config["admission"] = draw(st.one_of(
+            st.none(), st.just({"name": "none"}),
+            st.builds(lambda n: {"name": "static_cap", "max_sessions": n}, st.integers(1, 3)),
+            st.builds(lambda lo, extra, dec, cool, every: {
+                "name": "basin", "b_min": lo, "b_max": lo + extra, "increase": 2,
+                "increase_every": every * tick, "decrease": dec, "cooldown": cool * tick,
+                "watermark": 0.25},
+                st.integers(2, 8), st.integers(0, 16), st.sampled_from([0.5, 0.75]),
+                st.integers(0, 3), st.integers(1, 5))))
+    return {"config": config, "requests": requests}

@@ -31,6 +31,7 @@ class Request:
     session: int = -1
     after: Optional[int] = None  # rid of the previous turn (closed loop), or None
     think: int = 0  # ticks between the previous turn finishing and this one being sent
+    shared: int = 0  # leading prompt tokens shared with other sessions (system prompt, document)
 
     def to_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
@@ -43,7 +44,7 @@ class Request:
                    output=int(data["output"]), blocks=tuple(int(b) for b in data["blocks"]),
                    session=int(data.get("session", -1)),
                    after=None if data.get("after") is None else int(data["after"]),
-                   think=int(data.get("think", 0)))
+                   think=int(data.get("think", 0)), shared=int(data.get("shared", 0)))
 
 
 class Trie:
@@ -71,6 +72,8 @@ def validate_requests(requests: list[Request], block_size: int) -> Optional[str]
         if len(r.blocks) != (r.prompt + r.output) // block_size:
             return (f"request {r.rid}: {len(r.blocks)} blocks for {r.prompt + r.output} tokens "
                     f"at block size {block_size}")
+        if not 0 <= r.shared <= r.prompt:
+            return f"request {r.rid}: shared prefix of {r.shared} tokens outside the prompt"
         if r.after is not None and r.after not in seen:
             return f"request {r.rid}: follows {r.after}, which is not an earlier request"
         seen[r.rid] = r
@@ -107,7 +110,7 @@ def agent_sessions(rng: np.random.Generator, trie: Trie, *, sessions: int, turns
             gap = int(rng.integers(*think, endpoint=True))
             requests.append(Request(rid, arrival, context, out, tuple(trie.path(labels)),
                                     session=s, after=previous, think=gap if previous is not None
-                                    else 0))
+                                    else 0, shared=system_tokens // block_size * block_size))
             previous, rid = rid, rid + 1
             context += out + int(rng.integers(*turn_tokens, endpoint=True))
     return requests
@@ -132,7 +135,8 @@ def rag_requests(rng: np.random.Generator, trie: Trie, *, count: int, times: np.
         doc_blocks = int(lengths[doc]) // block_size
         labels = [("doc", doc, j) for j in range(doc_blocks)]
         labels += [("q", rid, j) for j in range(doc_blocks, (prompt + out) // block_size)]
-        requests.append(Request(rid, int(times[i]), prompt, out, tuple(trie.path(labels))))
+        requests.append(Request(rid, int(times[i]), prompt, out, tuple(trie.path(labels)),
+                                shared=doc_blocks * block_size))
     return requests
 
 

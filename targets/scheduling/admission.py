@@ -1,0 +1,516 @@
+"""Session admission control: when may a new multi-turn agent session start?
+
+An agent session's context grows every turn, so a server that lets every session in fills its KV
+cache, starts preempting and evicting *active* sessions, recomputes them, and can stay collapsed
+after the load is gone (a metastable failure).  Admission works on sessions, not requests: a
+session that is admitted keeps its place until it ends; a session that is not admitted waits in a
+FIFO hold queue and sends nothing.
+
+Three controllers share one engine (:class:`_Controller`): each arriving session gets a
+*reservation*, joins the hold queue, and the head of the queue is admitted while
+``reserved + reservation <= budget``.  They differ only in the reservation and the budget:
+
+* ``none``       -- reservation 0, budget 0: everyone is admitted at once (memory is the
+  simulator's problem).  The baseline that collapses.
+* ``static_cap`` -- reservation 1 (a *slot*), budget ``max_sessions``: a fixed session cap.
+  Here the unit of ``budget``/``reserved`` is sessions, not KV blocks.
+* ``basin``      -- reservation = the session's predicted lifetime peak context in KV blocks
+  (from a pluggable predictor below; the simulator passes the prediction), budget ``B(t)`` in KV
+  blocks adapted by AIMD on congestion signals.
+
+Time is the simulator's integer nanosecond tick; every quantity is an integer and the AIMD
+factor a :class:`~fractions.Fraction`, so a run is exact and reproducible.
+
+Every decision is appended to ``log`` as ``{"t", "op", "sid", "amount", "budget", "reserved"}``
+with ``op`` one of ``hold`` (a session arrived and joined the hold queue -- every arrival does,
+possibly for zero time -- ``amount`` is its reservation), ``admit`` (``amount`` = reservation,
+``reserved`` already includes it), ``release`` (``amount`` = reservation given back) and
+``budget`` (``B(t)`` changed; ``amount`` = the signed change, ``sid`` None, plus ``cause``).
+:func:`check_log` re-derives the invariants of COMPONENTS.md §2 from that log alone, so a
+simulator run (or a fuzzed program) can be judged without trusting the controller's own state.
+
+The rules are small methods (``_fits``, ``_release``, ``_next_to_admit``, ``_decrease``,
+``_increase``) so that mutants can replace exactly one rule.
+"""
+
+from __future__ import annotations
+
+import collections
+import inspect
+import math
+import operator
+from fractions import Fraction
+from typing import Any, Iterable, Mapping, Optional, Protocol, Sequence
+
+SIGNALS = ("preemption", "active_eviction", "low_free_kv")
+
+# ------------------------------------------------------------------------------ protocol
+
+
+class Admission(Protocol):
+    """What the simulator calls.  Every call returns the sids admitted by it, in FIFO order."""
+
+    name: str
+    held: "collections.deque[int]"
+    admitted: dict[int, int]
+    budget: int
+    reserved: int
+    b_min: int
+    b_max: int
+    log: list[dict[str, Any]]
+
+    def arrive(self, sid: int, predicted_peak: int, now: int) -> list[int]: ...
+
+    def finish(self, sid: int, now: int) -> list[int]: ...
+
+    def signal(self, kind: str, now: int) -> list[int]: ...
+
+    def tick(self, now: int, free_kv_blocks: int, total_kv_blocks: int) -> list[int]: ...
+
+
+def _fraction(value: Any, what: str) -> Fraction:
+    """An exact Fraction; a float goes through its decimal repr so that 0.7 means 7/10 (not the
+    nearest binary double), which keeps ``floor(budget * decrease)`` what a reader expects."""
+    try:
+        return Fraction(repr(value)) if isinstance(value, float) else Fraction(value)
+    except (TypeError, ValueError, ZeroDivisionError):
+        raise ValueError(f"{what} must be a number like 0.5 or '1/2', got {value!r}") from None
+
+
+def _int(value: Any, what: str) -> int:
+    """An exact integer (bool and float refused: a budget of 2.5 blocks is a caller bug)."""
+    if isinstance(value, bool):
+        raise ValueError(f"{what} must be an integer, got {value!r}")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise ValueError(f"{what} must be an integer, got {value!r}") from None
+
+
+# ------------------------------------------------------------------------------ the engine
+
+
+class _Controller:
+    """FIFO admission against a budget.  Subclasses choose the reservation and adapt the budget.
+
+    Reservations are never revoked: when the budget shrinks below what is already reserved, the
+    admitted sessions go on and admission simply stops until enough of them end.  So
+    ``reserved <= budget`` holds at every *admission*, not at every instant.
+    """
+
+    name = ""
+
+    def __init__(self, budget: int, b_min: int, b_max: int) -> None:
+        self.budget, self.b_min, self.b_max = budget, b_min, b_max
+        self.reserved = 0
+        self.held: collections.deque[int] = collections.deque()
+        self.admitted: dict[int, int] = {}
+        self.log: list[dict[str, Any]] = []
+        self._pending: dict[int, int] = {}  # held sid -> its reservation
+        self._seen: set[int] = set()
+        self._now: Optional[int] = None
+
+    # -- the protocol ------------------------------------------------------------------------
+
+    def arrive(self, sid: int, predicted_peak: int, now: int) -> list[int]:
+        """A new session asks to start; it joins the back of the hold queue."""
+        self._clock(now)
+        sid = _int(sid, "sid")
+        if sid in self._seen:
+            raise ValueError(f"session {sid} arrived twice")
+        peak = _int(predicted_peak, "predicted_peak")
+        if peak < 0:
+            raise ValueError(f"predicted_peak must be >= 0, got {peak}")
+        self._seen.add(sid)
+        reservation = self._reservation(peak)
+        self.held.append(sid)
+        self._pending[sid] = reservation
+        self._record(now, "hold", sid, reservation)
+        return self._admit_ready(now)
+
+    def finish(self, sid: int, now: int) -> list[int]:
+        """An admitted session ended: give its reservation back, admit who now fits."""
+        self._clock(now)
+        if sid not in self.admitted:
+            raise ValueError(f"session {sid} finished but is not admitted")
+        self._release(sid, now)
+        return self._admit_ready(now)
+
+    def signal(self, kind: str, now: int) -> list[int]:
+        """A congestion signal from the simulator; only ``basin`` reacts to it."""
+        self._clock(now)
+        if kind not in SIGNALS:
+            raise ValueError(f"unknown congestion signal {kind!r}; known: {', '.join(SIGNALS)}")
+        self._congestion(kind, now)
+        return self._admit_ready(now)
+
+    def tick(self, now: int, free_kv_blocks: int, total_kv_blocks: int) -> list[int]:
+        """Periodic call with the KV occupancy; only ``basin`` adapts its budget here."""
+        self._clock(now)
+        if not 0 <= free_kv_blocks <= total_kv_blocks:
+            raise ValueError(f"need 0 <= free_kv_blocks ({free_kv_blocks}) <= total_kv_blocks "
+                             f"({total_kv_blocks})")
+        self._adapt(now, free_kv_blocks, total_kv_blocks)
+        return self._admit_ready(now)
+
+    # -- rules (mutant hooks) ----------------------------------------------------------------
+
+    def _reservation(self, predicted_peak: int) -> int:
+        raise NotImplementedError
+
+    def _fits(self, reservation: int) -> bool:
+        """The admission test: the newcomer's reservation *included* must stay within B(t)."""
+        return self.reserved + reservation <= self.budget
+
+    def _next_to_admit(self) -> Optional[int]:
+        """The head of the hold queue if it fits, else nobody: strict FIFO, so a small session
+        never overtakes a big head (that would starve big sessions under sustained load)."""
+        if self.held and self._fits(self._pending[self.held[0]]):
+            return self.held[0]
+        return None
+
+    def _release(self, sid: int, now: int) -> None:
+        """Give ``sid``'s reservation back, exactly once."""
+        amount = self.admitted.pop(sid)
+        self.reserved -= amount
+        self._record(now, "release", sid, amount)
+
+    def _congestion(self, kind: str, now: int) -> None:
+        """React to a congestion signal (nothing, for a fixed budget)."""
+
+    def _adapt(self, now: int, free: int, total: int) -> None:
+        """React to the periodic KV occupancy report (nothing, for a fixed budget)."""
+
+    # -- plumbing ----------------------------------------------------------------------------
+
+    def _admit_ready(self, now: int) -> list[int]:
+        out: list[int] = []
+        while (sid := self._next_to_admit()) is not None:
+            self._admit(sid, now)
+            out.append(sid)
+        return out
+
+    def _admit(self, sid: int, now: int) -> None:
+        if self.held[0] == sid:
+            self.held.popleft()
+        else:  # only a (mutant) _next_to_admit that skips the head gets here
+            self.held.remove(sid)
+        amount = self._pending.pop(sid)
+        self.admitted[sid] = amount
+        self.reserved += amount
+        self._record(now, "admit", sid, amount)
+
+    def _set_budget(self, value: int, now: int, cause: str) -> None:
+        if value != self.budget:
+            delta, self.budget = value - self.budget, value
+            self._record(now, "budget", None, delta, cause=cause)
+
+    def _record(self, now: int, op: str, sid: Optional[int], amount: int, **extra: Any) -> None:
+        self.log.append({"t": now, "op": op, "sid": sid, "amount": amount,
+                         "budget": self.budget, "reserved": self.reserved, **extra})
+
+    def _clock(self, now: int) -> None:
+        """Time never goes back: a simulator that calls out of order has a bug worth a loud
+        error, and the AIMD timers below assume it."""
+        now = _int(now, "now")
+        if self._now is not None and now < self._now:
+            raise ValueError(f"time went backwards: {now} < {self._now}")
+        self._now = now
+
+
+class NoAdmission(_Controller):
+    """Admit every session at once; reservation 0 against a budget of 0."""
+
+    name = "none"
+
+    def __init__(self) -> None:
+        super().__init__(budget=0, b_min=0, b_max=0)
+
+    def _reservation(self, predicted_peak: int) -> int:
+        return 0
+
+
+class StaticCap(_Controller):
+    """At most ``max_sessions`` admitted at once: a reservation of one slot per session against a
+    fixed budget of ``max_sessions`` slots (units are sessions here, not KV blocks)."""
+
+    name = "static_cap"
+
+    def __init__(self, max_sessions: int = 64) -> None:
+        cap = _int(max_sessions, "max_sessions")
+        if cap < 1:
+            raise ValueError(f"max_sessions must be >= 1, got {cap}")
+        super().__init__(budget=cap, b_min=cap, b_max=cap)
+
+    def _reservation(self, predicted_peak: int) -> int:
+        return 1
+
+
+class Basin(_Controller):
+    """Reserve each session's predicted peak (KV blocks) from an AIMD budget ``B(t)``.
+
+    * decrease: on a congestion signal, ``B = max(b_min, floor(B * decrease))``, at most once per
+      ``cooldown`` ticks (one burst of preemptions is one congestion event, not fifty);
+    * increase: on ``tick``, when no congestion signal came for ``increase_every`` ticks and the
+      free-KV fraction is at least ``watermark``, ``B = min(b_max, B + increase)`` (then the
+      quiet period starts again);
+    * ``tick`` raises ``low_free_kv`` itself when ``free / total < watermark``.
+
+    A reservation above ``b_min`` is clamped to ``b_min``.  Why: B(t) can sit at ``b_min`` for as
+    long as congestion lasts, and a head whose reservation exceeds it could then never be
+    admitted, not even with nothing else admitted, and would block the whole FIFO queue behind it
+    for ever.  With every reservation ``<= b_min <= B(t)`` the head is admitted at the latest when
+    every admitted session has ended (liveness).  The price: such a session is under-reserved, so
+    "no KV-exhaustion preemption when predictions hold" is only promised for peaks ``<= b_min``;
+    choose ``b_min`` at least the largest session you expect.
+    """
+
+    name = "basin"
+
+    def __init__(self, b_min: int = 256, b_max: int = 4096, b_init: Optional[int] = None,
+                 increase: int = 64, increase_every: int = 1_000_000_000,
+                 decrease: Any = Fraction(1, 2), cooldown: int = 1_000_000_000,
+                 watermark: Any = Fraction(1, 20)) -> None:
+        lo, hi = _int(b_min, "b_min"), _int(b_max, "b_max")
+        start = hi if b_init is None else _int(b_init, "b_init")
+        if not 0 <= lo <= start <= hi:
+            raise ValueError(f"need 0 <= b_min ({lo}) <= b_init ({start}) <= b_max ({hi})")
+        super().__init__(budget=start, b_min=lo, b_max=hi)
+        self.increase = _int(increase, "increase")
+        self.increase_every = _int(increase_every, "increase_every")
+        self.cooldown = _int(cooldown, "cooldown")
+        if self.increase < 0 or self.increase_every < 0 or self.cooldown < 0:
+            raise ValueError("increase, increase_every and cooldown must be >= 0")
+        self.decrease = _fraction(decrease, "decrease")
+        if not 0 <= self.decrease <= 1:
+            raise ValueError(f"decrease must be in [0, 1], got {self.decrease}")
+        self.watermark = _fraction(watermark, "watermark")
+        if not 0 <= self.watermark <= 1:
+            raise ValueError(f"watermark must be in [0, 1], got {self.watermark}")
+        self._last_decrease: Optional[int] = None  # tick of the last multiplicative decrease
+        self._calm_since: Optional[int] = None  # tick of the last congestion signal or increase
+
+    def _reservation(self, predicted_peak: int) -> int:
+        return min(predicted_peak, self.b_min)  # clamp: see the class docstring
+
+    def _decrease(self, now: int, cause: str) -> None:
+        """Multiplicative decrease, never below ``b_min`` (the floor liveness rests on)."""
+        shrunk = self.budget * self.decrease.numerator // self.decrease.denominator
+        self._set_budget(max(self.b_min, shrunk), now, cause)
+
+    def _increase(self, now: int) -> None:
+        """Additive increase, never above ``b_max``."""
+        self._set_budget(min(self.b_max, self.budget + self.increase), now, "increase")
+
+    def _congestion(self, kind: str, now: int) -> None:
+        self._calm_since = now
+        if self._last_decrease is None or now - self._last_decrease >= self.cooldown:
+            self._last_decrease = now
+            self._decrease(now, kind)
+
+    def _adapt(self, now: int, free: int, total: int) -> None:
+        if self._calm_since is None:
+            self._calm_since = now  # the quiet period starts with the first report
+        if total > 0 and free * self.watermark.denominator < self.watermark.numerator * total:
+            self._congestion("low_free_kv", now)
+        elif now - self._calm_since >= self.increase_every:
+            self._calm_since = now
+            self._increase(now)
+
+
+ADMISSIONS: dict[str, type[_Controller]] = {c.name: c for c in (NoAdmission, StaticCap, Basin)}
+
+
+#: The optimized simulator's controllers: subclasses with the same rules, so that a mutant
+#: patching one of them leaves the reference simulator's controller intact.
+OPTIMIZED_ADMISSIONS: dict[str, type[_Controller]] = {
+    name: type(cls.__name__, (cls,), {"__doc__": cls.__doc__}) for name, cls in ADMISSIONS.items()
+}
+
+
+def make_admission(name: str, registry: Optional[Mapping[str, type[_Controller]]] = None,
+                   **params: Any) -> _Controller:
+    """An admission controller by registry name; ValueError for an unknown name or parameter."""
+    cls = (ADMISSIONS if registry is None else registry).get(name)
+    if cls is None:
+        raise ValueError(f"unknown admission policy {name!r}; known: {', '.join(ADMISSIONS)}")
+    allowed = [p for p in inspect.signature(cls).parameters]
+    unknown = sorted(set(params) - set(allowed))
+    if unknown:
+        takes = ", ".join(allowed) or "no parameters"
+        raise ValueError(f"admission policy {name!r} got unknown parameter(s) "
+                         f"{', '.join(unknown)}; it takes {takes}")
+    return cls(**params)
+
+
+# ------------------------------------------------------------------------------ predictors
+
+
+class Predictor(Protocol):
+    """Predicts a session's lifetime peak context in KV blocks when it arrives; learns the true
+    peak when it ends (``observe``)."""
+
+    def predict(self, sid: int) -> int: ...
+
+    def observe(self, sid: int, peak: int) -> None: ...
+
+
+class OraclePredictor:
+    """The true peak, given up front (the simulator knows its workload): the upper bound on what
+    prediction can buy, and the setting where "no preemption when predictions hold" applies."""
+
+    def __init__(self, peaks: Mapping[int, int]) -> None:
+        self.peaks = dict(peaks)
+
+    def predict(self, sid: int) -> int:
+        return self.peaks[sid]
+
+    def observe(self, sid: int, peak: int) -> None:
+        """Nothing to learn."""
+
+
+class _Window:
+    """The last ``window`` observed peaks; ``default`` until the first one arrives."""
+
+    def __init__(self, window: int, default: int) -> None:
+        self.window, self.default = _int(window, "window"), _int(default, "default")
+        if self.window < 1 or self.default < 0:
+            raise ValueError("need window >= 1 and default >= 0")
+        self.seen: collections.deque[int] = collections.deque(maxlen=self.window)
+
+    def observe(self, sid: int, peak: int) -> None:
+        self.seen.append(_int(peak, "peak"))
+
+
+class MeanPredictor(_Window):
+    """Running mean of the last ``window`` finished sessions' peaks, rounded up (a reservation
+    is whole blocks, and rounding down would under-reserve the typical session)."""
+
+    def __init__(self, window: int = 64, default: int = 64) -> None:
+        super().__init__(window, default)
+
+    def predict(self, sid: int) -> int:
+        if not self.seen:
+            return self.default
+        return -(-sum(self.seen) // len(self.seen))
+
+
+class QuantilePredictor(_Window):
+    """The empirical ``q``-quantile of the last ``window`` peaks: the smallest observed peak that
+    at least a fraction ``q`` of them do not exceed (``q = 1``: the window's maximum).  Exact:
+    the index is ``ceil(q * n) - 1`` in Fraction arithmetic."""
+
+    def __init__(self, q: Any = Fraction(9, 10), window: int = 64, default: int = 64) -> None:
+        super().__init__(window, default)
+        self.q = _fraction(q, "q")
+        if not 0 <= self.q <= 1:
+            raise ValueError(f"q must be in [0, 1], got {self.q}")
+
+    def predict(self, sid: int) -> int:
+        if not self.seen:
+            return self.default
+        ordered = sorted(self.seen)
+        return ordered[max(0, math.ceil(self.q * len(ordered)) - 1)]
+
+
+def make_predictor(name: str, **params: Any) -> Predictor:
+    """``oracle`` (needs ``peaks``), ``mean`` or ``quantile`` by name; ValueError otherwise."""
+    classes: dict[str, type] = {"oracle": OraclePredictor, "mean": MeanPredictor,
+                                "quantile": QuantilePredictor}
+    cls = classes.get(name)
+    if cls is None:
+        raise ValueError(f"unknown peak predictor {name!r}; known: {', '.join(classes)}")
+    allowed = list(inspect.signature(cls).parameters)
+    unknown = sorted(set(params) - set(allowed))
+    if unknown:
+        raise ValueError(f"peak predictor {name!r} got unknown parameter(s) {', '.join(unknown)};"
+                         f" it takes {', '.join(allowed)}")
+    return cls(**params)
+
+
+def peak_blocks(peak_tokens: int, block_size: int) -> int:
+    """A session's peak context in whole KV blocks (what reservations are counted in)."""
+    return -(-peak_tokens // block_size)
+
+
+# ------------------------------------------------------------------------------ invariants
+
+
+def check_log(log: Sequence[Mapping[str, Any]], *, b_min: int, b_max: int,
+              all_finished: bool = False) -> Optional[str]:
+    """Re-derive the admission invariants from the event log alone; a one-line message naming
+    the first one broken, or None.
+
+    * ``budget_range``: B(t) in [b_min, b_max] in every event;
+    * ``admit_budget``: at every admission, Σ reservations *with the newcomer* <= B(t);
+    * ``fifo``: sessions are admitted in the order they joined the hold queue;
+    * ``release_once``: a reservation is released exactly once, only for an admitted session
+      and for the amount reserved;
+    * ``bookkeeping``: the ``reserved`` each event reports equals the replayed Σ;
+    * ``drained`` (with ``all_finished``): at the end nothing is held or admitted and Σ = 0.
+    """
+    waiting: collections.OrderedDict[int, int] = collections.OrderedDict()  # sid -> reservation
+    live: dict[int, int] = {}
+    released: set[int] = set()
+    total = 0
+    for i, event in enumerate(log):
+        op, sid, amount, budget = event["op"], event.get("sid"), event["amount"], event["budget"]
+        where = f"event {i} (t={event['t']}, {op} sid={sid})"
+        if not b_min <= budget <= b_max:
+            return f"budget_range: B={budget} outside [{b_min}, {b_max}] at {where}"
+        if op == "hold":
+            if sid in waiting or sid in live or sid in released:
+                return f"fifo: session {sid} joined the hold queue twice at {where}"
+            waiting[sid] = amount
+        elif op == "admit":
+            if sid not in waiting:
+                return f"fifo: session {sid} admitted without waiting (or twice) at {where}"
+            head = next(iter(waiting))
+            if sid != head:
+                return f"fifo: session {sid} admitted before earlier arrival {head} at {where}"
+            if amount != waiting.pop(sid):
+                return (f"bookkeeping: session {sid} admitted with another reservation than it "
+                        f"held with at {where}")
+            total += amount
+            live[sid] = amount
+            if total > budget:
+                return f"admit_budget: Σ reservations {total} > B={budget} at {where}"
+        elif op == "release":
+            if sid in released:
+                return f"release_once: session {sid} released twice at {where}"
+            if sid not in live:
+                return f"release_once: session {sid} released but never admitted at {where}"
+            if amount != live.pop(sid):
+                return f"release_once: session {sid} released a different amount at {where}"
+            released.add(sid)
+            total -= amount
+        elif op != "budget":
+            return f"bookkeeping: unknown op {op!r} at {where}"
+        if event["reserved"] != total:
+            return (f"bookkeeping: log says reserved={event['reserved']}, replay says {total} "
+                    f"at {where}")
+    if all_finished:
+        if waiting:
+            return (f"drained: {len(waiting)} session(s) still held at the end, first "
+                    f"{next(iter(waiting))}")
+        if live or total != 0:
+            return f"drained: Σ reservations = {total} at the end, unreleased {sorted(live)[:5]}"
+    return None
+
+
+def check_liveness(arrivals: Iterable[int], admitted: Iterable[int],
+                   finished_all: bool) -> Optional[str]:
+    """If every admitted session finished (``finished_all``), every arrival must have been
+    admitted: holding a session for ever while the server is empty is a deadlock.  A one-line
+    message, or None."""
+    arrived = list(arrivals)
+    ever = set(admitted)
+    stray = ever - set(arrived)
+    if stray:
+        return f"liveness: admitted session(s) {sorted(stray)[:5]} that never arrived"
+    if finished_all:
+        starved = [sid for sid in arrived if sid not in ever]
+        if starved:
+            return (f"liveness: {len(starved)} session(s) never admitted although every admitted "
+                    f"session finished, first {starved[0]}")
+    return None
