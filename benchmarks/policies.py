@@ -99,23 +99,6 @@ def routing_experiment(seed: int, instances: int, cache_blocks: int) -> dict[str
     return {"requests": len(requests), "results": results}
 
 
-def _table(title: str, columns: list[str], rows: list[list[str]]) -> None:
-    try:
-        from rich.console import Console
-        from rich.table import Table
-    except ImportError:  # pragma: no cover - rich is a core dependency
-        print(title)
-        for row in [columns, *rows]:
-            print("  ".join(f"{c:>14}" for c in row))
-        return
-    table = Table(title=title)
-    for c in columns:
-        table.add_column(c, justify="right")
-    for row in rows:
-        table.add_row(*row)
-    Console().print(table)
-
-
 def _plot(path: Path, policy: dict[str, Any], routing: dict[str, Any]) -> str:
     try:
         import matplotlib
@@ -155,19 +138,21 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     policy = policy_experiment(args.seed, args.base_rate, args.spike_rate, args.beta)
-    _table(f"prefill order under a spike ({policy['requests']} requests, one instance, "
-           f"base {args.base_rate:g}/s, spike {args.spike_rate:g}/s for 20 s)",
-           ["policy", "TTFT p50 s", "p90 s", "p99 s", "mean s", "hit rate", "sim s"],
-           [[label, f"{r['ttft_p50']:.2f}", f"{r['ttft_p90']:.2f}", f"{r['ttft_p99']:.2f}",
-             f"{r['ttft_mean']:.2f}", f"{r['hit_rate']:.1%}", f"{r['seconds']:.1f}"]
-            for label, r in policy["results"].items()])
+    metrics.print_table(
+        f"prefill order under a spike ({policy['requests']} requests, one instance, "
+        f"base {args.base_rate:g}/s, spike {args.spike_rate:g}/s for 20 s)",
+        ["policy", "TTFT p50 s", "p90 s", "p99 s", "mean s", "hit rate", "sim s"],
+        [[label, f"{r['ttft_p50']:.2f}", f"{r['ttft_p90']:.2f}", f"{r['ttft_p99']:.2f}",
+          f"{r['ttft_mean']:.2f}", f"{r['hit_rate']:.1%}", f"{r['seconds']:.1f}"]
+         for label, r in policy["results"].items()])
     routing = routing_experiment(args.seed, args.instances, args.cache_blocks)
-    _table(f"routing ({routing['requests']} requests, {args.instances} instances, "
-           f"{args.cache_blocks} cache blocks each)",
-           ["router", "hit rate", "TTFT p50 s", "p99 s", "goodput/s", "sim s"],
-           [[name, f"{r['hit_rate']:.1%}", f"{r['ttft_p50']:.2f}", f"{r['ttft_p99']:.2f}",
-             f"{r['goodput']:.2f}", f"{r['seconds']:.1f}"]
-            for name, r in routing["results"].items()])
+    metrics.print_table(
+        f"routing ({routing['requests']} requests, {args.instances} instances, "
+        f"{args.cache_blocks} cache blocks each)",
+        ["router", "hit rate", "TTFT p50 s", "p99 s", "goodput/s", "sim s"],
+        [[name, f"{r['hit_rate']:.1%}", f"{r['ttft_p50']:.2f}", f"{r['ttft_p99']:.2f}",
+          f"{r['goodput']:.2f}", f"{r['seconds']:.1f}"]
+         for name, r in routing["results"].items()])
     print(_plot(args.plot, policy, routing))
     return 0
 

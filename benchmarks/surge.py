@@ -128,24 +128,14 @@ def main(argv: list[str] | None = None) -> int:
                      f"{summary['finished']}/{summary['requests']}",
                      f"{result['seconds']:.0f}"])
         curves[label] = metrics.goodput_over_time(out, slo_ttft=SLO, window=MINUTE)
-    _table(f"surge: {len(requests)} requests, {args.rate:g} sessions/s, ×{args.surge:g} for 10 "
-           f"min, then {args.hour // 60} min; {args.kv_blocks} KV blocks, TTFT SLO "
-           f"{SLO / SECOND:g} s", ["policy", *(f"goodput {n}" for n in windows), "TTFT mean s",
-                                  "p99 s", "finished", "sim s"], rows)
+    title = (f"surge: {len(requests)} requests, {args.rate:g} sessions/s, ×{args.surge:g} for 10 "
+             f"min, then {args.hour // 60} min; {args.kv_blocks} KV blocks, TTFT SLO "
+             f"{SLO / SECOND:g} s")
+    columns = ["policy", *(f"goodput {n}" for n in windows), "TTFT mean s", "p99 s", "finished",
+               "sim s"]
+    metrics.print_table(title, columns, rows)
     print(_plot(args.plot, curves, before, during))
     return 0
-
-
-def _table(title: str, columns: list[str], rows: list[list[str]]) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title=title)
-    for c in columns:
-        table.add_column(c, justify="right")
-    for row in rows:
-        table.add_row(*row)
-    Console(width=160).print(table)
 
 
 def _plot(path: Path, curves: dict[str, list[tuple[float, float]]], before: int,

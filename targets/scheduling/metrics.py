@@ -52,3 +52,16 @@ def goodput_over_time(output: Mapping[str, Any], *, slo_ttft: int, window: int) 
     edges = np.arange(0, end + window, window)
     counts, _ = np.histogram(good, bins=edges)
     return [(float(e) / SECOND, c / (window / SECOND)) for e, c in zip(edges[:-1], counts)]
+
+
+def print_table(title: str, columns: list[str], rows: list[list[str]]) -> None:
+    """A right-aligned rich table on stdout (the benchmarks' output)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title)
+    for c in columns:
+        table.add_column(c, justify="right")
+    for row in rows:
+        table.add_row(*row)
+    Console(width=160).print(table)

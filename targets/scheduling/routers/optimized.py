@@ -91,7 +91,5 @@ ROUTERS: dict[str, type] = {
 
 
 def make_router(name: str, n_instances: int, seed: int, **params: Any) -> Router:
-    """An optimized router by name; ValueError for unknown names, parameters or bad values."""
-    if name not in ROUTERS:
-        raise ValueError(f"unknown router {name!r} (known: {', '.join(sorted(ROUTERS))})")
-    return ROUTERS[name](n_instances, seed, **params)
+    """An optimized router by name."""
+    return reference.build_router(ROUTERS, name, n_instances, seed, **params)

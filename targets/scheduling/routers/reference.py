@@ -202,8 +202,14 @@ ROUTERS: dict[str, type] = {
 }
 
 
+def build_router(registry: dict[str, type], name: str, n_instances: int, seed: int,
+                 **params: Any) -> Router:
+    """A router from ``registry`` by name; ValueError for unknown names, parameters or values."""
+    if name not in registry:
+        raise ValueError(f"unknown router {name!r} (known: {', '.join(sorted(registry))})")
+    return registry[name](n_instances, seed, **params)
+
+
 def make_router(name: str, n_instances: int, seed: int, **params: Any) -> Router:
-    """A reference router by name; ValueError for unknown names, parameters or bad values."""
-    if name not in ROUTERS:
-        raise ValueError(f"unknown router {name!r} (known: {', '.join(sorted(ROUTERS))})")
-    return ROUTERS[name](n_instances, seed, **params)
+    """A reference router by name."""
+    return build_router(ROUTERS, name, n_instances, seed, **params)
