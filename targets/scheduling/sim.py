@@ -375,6 +375,7 @@ class Simulation:
                                "which is not waiting there (dispatched twice, or never routed "
                                "there)", rid=rid, inst=instance.index)
                 seen = instance.waiting.pop(rid)
+                instance._plan_keys.pop(rid, None)
                 self.events.append({"op": "dispatch", "t": self.now, "inst": instance.index,
                                     "rid": rid, "hit": seen.hit, "cost": seen.cost})
                 self.record[rid].update(dispatch=self.now, hit=seen.hit)
@@ -406,9 +407,9 @@ class Simulation:
         None when the memory cannot hold it now."""
         request = self.requests[rid]
         sid = self.sid[rid]
-        _, _, segments, extra = instance.plan(request, sid)
         memory = instance.memory
         if memory is None:
+            _, _, segments, extra = instance.plan(request, sid)
             return _Prefill(rid, segments, extra)
         b = self.config.block_size
         seen = len(memory.events)
