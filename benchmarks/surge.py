@@ -100,10 +100,12 @@ def main(argv: list[str] | None = None) -> int:
     before, during, after = 10 * MINUTE, 10 * MINUTE, args.hour * SECOND
     requests = sessions(args.seed, args.rate, args.surge, before, during, after)
     peak = max(-(-(r.prompt + r.output) // BLOCK) for r in requests)
-    # sessions do not peak together: the budget may over-commit the pool, AIMD finds how far
+    # sessions do not peak together: the budget may over-commit the pool, AIMD finds how far.
+    # No free-KV watermark: idle histories fill the pool by design, so free KV is always low;
+    # the congestion signal is a returning session that lost computed history (see sim.py).
     basin = {"name": "basin", "b_min": peak, "b_max": 4 * args.kv_blocks,
              "b_init": 2 * args.kv_blocks, "increase": peak // 4, "increase_every": 5 * SECOND,
-             "decrease": 0.7, "cooldown": 2 * SECOND, "watermark": 0.05}
+             "decrease": 0.7, "cooldown": 2 * SECOND, "watermark": 0}
     cap = {"name": "static_cap", "max_sessions": args.kv_blocks // peak * 4}
     runs = {
         "none / tail-LRU": dict(eviction="tail_lru", admission=None),

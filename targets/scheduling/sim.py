@@ -424,7 +424,10 @@ class Simulation:
                                       memory.events[seen:])
         if problem is not None:
             raise Stop(f"memory:{problem[0]}", problem[1], inst=instance.index, rid=rid)
-        if evictions:
+        refills = [e for e in memory.events[seen:] if e["op"] == "refill"]
+        if any(e["recompute"] > max(1, e["prompt"] - e["tokens_before"]) for e in refills):
+            # a returning session lost part of the history it had computed: the live sessions'
+            # contexts no longer fit (evicting an idle history alone is routine, not congestion)
             self._signal("active_eviction")
         if plan is None:
             return None
