@@ -215,7 +215,8 @@ def validate(inputs: dict[str, Any]) -> Optional[str]:
     if problem is None and config.memory is not None:
         b, pool = config.block_size, int(config.memory["kv_blocks"])
         for r in requests:
-            if -(-(r.prompt + r.output) // b) > pool:
-                return (f"request {r.rid} needs {-(-(r.prompt + r.output) // b)} KV blocks, "
-                        f"more than the pool of {pool}: it could never run")
+            need = -(-(r.prompt + r.output) // b)
+            if need > pool:
+                return (f"request {r.rid} needs {need} KV blocks, more than the pool of "
+                        f"{pool}: it could never run")
     return problem

@@ -63,6 +63,11 @@ class Plan:
         return sum(end - start for start, end in self.recompute)
 
 
+def evictable(s: SessionKV, exclude: int) -> bool:
+    """An idle session (not ``exclude``, the one being served) that still holds blocks."""
+    return s.sid != exclude and s.running == 0 and bool(s.resident or s.holds_shared)
+
+
 class ScanLRU:
     """Reference victim choice: the idle session with evictable blocks used least recently
     (ties by sid), by a scan over all sessions."""
@@ -77,8 +82,7 @@ class ScanLRU:
         pass
 
     def victim(self, exclude: int) -> Optional[SessionKV]:
-        idle = [s for s in self.sessions.values()
-                if s.sid != exclude and s.running == 0 and (s.resident or s.holds_shared)]
+        idle = [s for s in self.sessions.values() if evictable(s, exclude)]
         return min(idle, key=lambda s: (s.last_use, s.sid), default=None)
 
 
@@ -113,9 +117,8 @@ class OrderedLRU(ScanLRU):
 
     def victim(self, exclude: int) -> Optional[SessionKV]:
         for sid in self._order:
-            s = self.sessions[sid]
-            if s.sid != exclude and s.running == 0 and (s.resident or s.holds_shared):
-                return s
+            if evictable(self.sessions[sid], exclude):
+                return self.sessions[sid]
         return None
 
 

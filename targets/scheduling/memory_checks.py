@@ -113,7 +113,8 @@ def _refill(memory: Any, event: dict[str, Any]) -> Problem:
             hole += missing_tail
             if index in cpu and index not in resident:
                 hole += hi - lo - missing_tail
-                reloaded += (hi - lo - missing_tail) if _reloaded(memory, index) else 0
+                # which CPU blocks come back is the memory's choice; the count is checked
+                reloaded += (hi - lo - missing_tail) if memory._reload_is_cheaper(index) else 0
         else:
             hole += hi - lo
     expected = max(1, hole - reloaded)
@@ -122,11 +123,6 @@ def _refill(memory: Any, event: dict[str, Any]) -> Problem:
                           f"hole of {hole} with {reloaded} reloaded from the CPU tier "
                           f"(expected {expected})")
     return None
-
-
-def _reloaded(memory: Any, index: int) -> bool:
-    b = memory.block_size
-    return memory.reload_per_block < memory.cost.chunk(b, index * b)
 
 
 def _ranges(indices: Sequence[int]) -> str:

@@ -230,9 +230,8 @@ def _reload_and_recompute(self: M.KVMemory, sid: int, shared: tuple[int, ...],
 def _most_recent_victim(self: M.OrderedLRU, exclude: int) -> Any:
     """The LRU list walked from the wrong end: the most recently used idle session is evicted."""
     for sid in reversed(self._order):
-        s = self.sessions[sid]
-        if s.sid != exclude and s.running == 0 and (s.resident or s.holds_shared):
-            return s
+        if M.evictable(self.sessions[sid], exclude):
+            return self.sessions[sid]
     return None
 
 
