@@ -268,10 +268,13 @@ def test_aimd_exact_fractions() -> None:
 def test_aimd_additive_increase_after_a_quiet_period() -> None:
     basin = Basin(b_min=10, b_max=45, b_init=10, increase=10, increase_every=5,
                   watermark=Fraction(1, 4))
+    for sid in range(6):  # one admitted (10 of 10), five held: the budget binds
+        basin.arrive(sid, 10, 0)
+    assert list(basin.admitted) == [0] and len(basin.held) == 5
     basin.tick(0, 100, 100)  # first report: the quiet period starts
     basin.tick(4, 100, 100)
     assert basin.budget == 10
-    basin.tick(5, 100, 100)
+    assert basin.tick(5, 100, 100) == [1]  # grown, and the head fits now
     assert basin.budget == 20
     basin.tick(9, 100, 100)  # the quiet period restarted at 5
     assert basin.budget == 20
@@ -288,9 +291,25 @@ def test_aimd_additive_increase_after_a_quiet_period() -> None:
     assert basin.budget == 32
 
 
+def test_aimd_does_not_grow_while_nobody_is_held() -> None:
+    """A quiet period with an empty hold queue leaves B(t) alone: a budget inflated while
+    nobody needed it would let the next surge in wholesale."""
+    basin = Basin(b_min=10, b_max=100, b_init=20, increase=10, increase_every=5)
+    assert basin.arrive(0, 10, 0) == [0]
+    for t in range(0, 60, 5):
+        basin.tick(t, 100, 100)
+    assert basin.budget == 20 and not any(e["op"] == "budget" for e in basin.log)
+    assert basin.arrive(1, 10, 60) == [1]
+    assert basin.arrive(2, 10, 60) == []  # 30 > 20: held, now the budget binds
+    basin.tick(65, 100, 100)
+    assert basin.budget == 30 and list(basin.admitted) == [0, 1, 2]
+
+
 def test_low_free_kv_is_raised_by_tick() -> None:
     basin = Basin(b_min=10, b_max=80, decrease=Fraction(1, 2), cooldown=0,
                   watermark=Fraction(1, 10), increase_every=0, increase=5)
+    for sid in range(9):  # eight admitted (80 of 80), the ninth held throughout: B binds
+        basin.arrive(sid, 10, 0)
     basin.tick(0, 9, 100)  # 9 % free < 10 %
     assert basin.budget == 40 and basin.log[-1]["cause"] == "low_free_kv"
     basin.tick(1, 10, 100)  # at the watermark: not low, grows (increase_every 0)

@@ -251,9 +251,9 @@ class Basin(_Controller):
 
     * decrease: on a congestion signal, ``B = max(b_min, floor(B * decrease))``, at most once per
       ``cooldown`` ticks (one burst of preemptions is one congestion event, not fifty);
-    * increase: on ``tick``, when no congestion signal came for ``increase_every`` ticks and the
-      free-KV fraction is at least ``watermark``, ``B = min(b_max, B + increase)`` (then the
-      quiet period starts again);
+    * increase: on ``tick``, when no congestion signal came for ``increase_every`` ticks, the
+      free-KV fraction is at least ``watermark`` and a session is held (the budget binds),
+      ``B = min(b_max, B + increase)`` (the quiet period starts again either way);
     * ``tick`` raises ``low_free_kv`` itself when ``free / total < watermark``.
 
     A reservation above ``b_min`` is clamped to ``b_min``.  Why: B(t) can sit at ``b_min`` for as
@@ -315,7 +315,15 @@ class Basin(_Controller):
             self._congestion("low_free_kv", now)
         elif now - self._calm_since >= self.increase_every:
             self._calm_since = now
-            self._increase(now)
+            if self._budget_binds():
+                self._increase(now)
+
+    def _budget_binds(self) -> bool:
+        """Grow only while the budget is what holds sessions back (someone is held).  A budget
+        that grew through a quiet period, when nobody needed it, would let the next surge in
+        wholesale -- the overload it exists to prevent -- and take many decreases to come back
+        (TCP's congestion-window validation, RFC 7661, for the same reason)."""
+        return bool(self.held)
 
 
 ADMISSIONS: dict[str, type[_Controller]] = {c.name: c for c in (NoAdmission, StaticCap, Basin)}
