@@ -1,6 +1,7 @@
 """Time the paged KV Triton kernels, plain vs KVGuard-guarded.
 
-    OMP_NUM_THREADS=1 python benchmarks/kernel_paged_kv.py [--dtype bf16] [--requests 64 ...]
+    OMP_NUM_THREADS=1 python benchmarks/kernel_paged_kv.py [--dtype bf16|fp16|fp32|fp64]
+                                                           [--requests 64 ...]
 
 Prints the time per launch of
 
@@ -19,7 +20,16 @@ heads, head_dim 128, block size 16, bf16) and times come from CUDA events around
 (the guard's shadow reset between write launches is outside the timed region).  Without a GPU
 the kernels run under ``TRITON_INTERPRET=1`` on tiny shapes, and the figures measure the
 interpreter (NumPy per block operation), not a kernel -- useful only to see that every path
-runs.  No assertions: figures vary with the machine.
+runs.  The figures carry no assertions (they vary with the machine), but every path's output is
+checked once, after timing, at the benchmark's own shapes -- the native-CUDA correctness check
+of the paged kernels at realistic sizes (``scripts/gpu_check.sh`` runs it for the default dtype
+and for float64): ``write_kv`` must leave the written rows in their slots bit for bit, and
+``paged_attention`` (plain and guarded) must match the float64 reference of
+:mod:`targets.paged_kv.attention_reference` on the last ``CHECK_QUERIES`` queries of the first
+``CHECK_REQUESTS`` requests, with K/V gathered from the cache through the block table -- within
+the derived bound for float32/float16/bfloat16 storage, and within
+``FLOAT64_RELATIVE_TOLERANCE`` of ``sum_j p_j |v_j|`` for float64 storage (float64
+accumulation; a float32 accumulator would be ~1e-7 off).  A mismatch exits with status 1.
 """
 
 from __future__ import annotations
@@ -40,12 +50,21 @@ from fuzzkit import triton_support  # noqa: E402
 
 triton_support.prepare()
 
+import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from targets.paged_kv import kernels  # noqa: E402
+from targets.paged_kv import attention_reference, kernels  # noqa: E402
 
 DTYPES = {"fp32": torch.float32, "float32": torch.float32, "fp16": torch.float16,
-          "float16": torch.float16, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16}
+          "float16": torch.float16, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
+          "fp64": torch.float64, "float64": torch.float64}
+#: Output check after timing: these many requests, their last these many query rows.
+CHECK_REQUESTS = 2
+CHECK_QUERIES = 8
+#: float64 storage: allowed ``max |out - ref| / W``, ``W = sum_j p_j |v_j|``.  The float64 bound
+#: of tests/test_paged_kv_kernels.py (kernel and reference error together) stays below ~1e-11
+#: up to a few thousand keys at these score ranges; float32 accumulation lands near 1e-7.
+FLOAT64_RELATIVE_TOLERANCE = 1e-10
 
 
 def timed(fn: Callable[[], None], reset: Optional[Callable[[], None]], reps: int,
@@ -87,10 +106,10 @@ class Setup:
         order = torch.randperm(self.num_blocks - 1, generator=gen) + 1
         self.tables = order.view(args.requests, self.blocks_per_request).to(torch.int32)
         shape = (self.num_blocks, b, args.kv_heads, args.head_dim)
-        self.key_cache = torch.randn(shape, generator=gen).to(dtype).to(device)
-        self.value_cache = torch.randn(shape, generator=gen).to(dtype).to(device)
-        self.block_tables = self.tables.to(device)
         self.dtype, self.gen = dtype, gen
+        self.key_cache = self.tensor(*shape)
+        self.value_cache = self.tensor(*shape)
+        self.block_tables = self.tables.to(device)
         self.shadow = kernels.GuardShadow.create(self.num_blocks, b, args.requests,
                                                  capacity=1024, device=device)
         owner = torch.full((self.num_blocks,), -1, dtype=torch.int32)
@@ -112,12 +131,16 @@ class Setup:
         return self.tables[r, positions // b].long() * b + positions % b
 
     def tensor(self, *shape: int) -> torch.Tensor:
-        return torch.randn(*shape, generator=self.gen).to(self.dtype).to(self.device)
+        # float64 draws float64 values (float32-representable ones would hide a float32 round
+        # trip); the other dtypes draw float32 as before.
+        wide = torch.float64 if self.dtype == torch.float64 else torch.float32
+        return torch.randn(*shape, generator=self.gen, dtype=wide).to(self.dtype).to(self.device)
 
 
 def bench_write(setup: Setup, tokens: list[tuple[int, int]], reps: int,
-                cuda: bool) -> tuple[float, float]:
-    """(plain, guarded) seconds for writing ``(request, position)`` tokens."""
+                cuda: bool) -> tuple[float, float, str, bool]:
+    """(plain, guarded) seconds for writing ``(request, position)`` tokens, and the output
+    check: the slots hold the written rows bit for bit."""
     args, device = setup.args, setup.device
     key = setup.tensor(len(tokens), args.kv_heads, args.head_dim)
     value = setup.tensor(len(tokens), args.kv_heads, args.head_dim)
@@ -136,13 +159,44 @@ def bench_write(setup: Setup, tokens: list[tuple[int, int]], reps: int,
         key, value, setup.key_cache, setup.value_cache, slots, token_request=token_request,
         token_pos=token_pos, shadow=shadow), reset, reps, cuda)
     shadow.slot_written[slots] = 1
-    return plain, guarded
+    ok = (torch.equal(setup.key_cache.flatten(0, 1)[slots], key)
+          and torch.equal(setup.value_cache.flatten(0, 1)[slots], value))
+    return plain, guarded, "bitwise" if ok else "WRONG ROWS", ok
+
+
+def check_attention(setup: Setup, query: torch.Tensor, outs: list[torch.Tensor], requests: int,
+                    seq_len: int, q_len: int) -> tuple[str, bool]:
+    """Check ``outs`` (plain, guarded) against the float64 reference on the last
+    ``CHECK_QUERIES`` query rows of the first ``CHECK_REQUESTS`` requests."""
+    rows = min(q_len, CHECK_QUERIES)
+    key_slots = setup.key_cache.flatten(0, 1)
+    value_slots = setup.value_cache.flatten(0, 1)
+    keys, values, picked = [], [], []
+    for r in range(min(requests, CHECK_REQUESTS)):
+        slots = setup.slots(r, torch.arange(seq_len)).to(key_slots.device)
+        keys.append(key_slots[slots].double().cpu().numpy())
+        values.append(value_slots[slots].double().cpu().numpy())
+        picked.extend(range(r * q_len + q_len - rows, (r + 1) * q_len))
+    index = torch.tensor(picked, device=query.device)
+    ref = attention_reference.reference_attention(
+        keys, values, query[index].double().cpu().numpy(),
+        list(range(0, rows * len(keys) + 1, rows)))
+    worst, ok = 0.0, True
+    for out in outs:
+        got = out[index].cpu()
+        relative = float((np.abs(got.double().numpy() - ref.out) / ref.weight).max())
+        worst = max(worst, relative)
+        if setup.dtype == torch.float64:
+            ok = ok and relative <= FLOAT64_RELATIVE_TOLERANCE
+        else:
+            ok = ok and ref.check(got, setup.dtype) is None
+    return f"{'ok' if ok else 'MISMATCH'} {worst:.1e}", ok
 
 
 def bench_attention(setup: Setup, requests: int, seq_len: int, q_len: int, reps: int,
-                    cuda: bool) -> tuple[float, float]:
+                    cuda: bool) -> tuple[float, float, str, bool]:
     """(plain, guarded) seconds for ``requests`` rows attending ``seq_len`` keys each with the
-    last ``q_len`` positions as queries."""
+    last ``q_len`` positions as queries, and the output check (:func:`check_attention`)."""
     args, device = setup.args, setup.device
     query = setup.tensor(requests * q_len, args.heads, args.head_dim)
     out = torch.empty_like(query)
@@ -157,7 +211,12 @@ def bench_attention(setup: Setup, requests: int, seq_len: int, q_len: int, reps:
     guarded = timed(lambda: kernels.paged_attention_guarded(
         query, setup.key_cache, setup.value_cache, tables, seq_lens, qsl, out,
         request_ids=ids, shadow=setup.shadow, **common), None, reps, cuda)
-    return plain, guarded
+    guarded_out = out.clone()
+    out.fill_(float("nan"))
+    kernels.paged_attention(query, setup.key_cache, setup.value_cache, tables, seq_lens, qsl, out,
+                            **common)
+    return (plain, guarded, *check_attention(setup, query, [out, guarded_out], requests, seq_len,
+                                             q_len))
 
 
 def main() -> None:
@@ -204,12 +263,18 @@ def main() -> None:
                                   args.prefill_chunk, args.reps, cuda)))
     unit, scale = ("us", 1e6) if cuda else ("ms", 1e3)
     print(f"{'kernel':<26}{'shape':<30}{'plain ' + unit:>12}{'guarded ' + unit:>14}"
-          f"{'ratio':>8}")
-    for name, shape, plain, guarded in rows:
+          f"{'ratio':>8}  check (max |err| / W)")
+    for name, shape, plain, guarded, verdict, _ in rows:
         print(f"{name:<26}{shape:<30}{plain * scale:>12.1f}{guarded * scale:>14.1f}"
-              f"{guarded / plain:>8.3f}")
+              f"{guarded / plain:>8.3f}  {verdict}")
     found = kernels.read_violations(setup.shadow)
     print(f"guard violations recorded on these correct launches: {len(found)}")
+    failed = [name for name, *_, ok in rows if not ok]
+    if failed:
+        print(f"output check FAILED ({args.dtype}): {', '.join(failed)}")
+        sys.exit(1)
+    print(f"output check passed ({args.dtype}): write_kv bitwise, paged_attention plain and "
+          f"guarded against the float64 reference")
 
 
 if __name__ == "__main__":

@@ -2,6 +2,9 @@
 # The one GPU check: every Triton kernel against its float64 reference, then the kernel benchmarks.
 # With an NVIDIA GPU the kernels compile and run natively; without one the same checks run under
 # Triton's interpreter (TRITON_INTERPRET=1), so this script is exercised on every machine.
+# The paged-KV kernels are checked in every storage dtype, float64 included (float64 tl.dot and
+# float64 accumulation: tests/test_paged_kv_kernels.py, the Penelope exactness oracle), and their
+# benchmark checks its outputs at realistic shapes -- once in the default dtype, once in float64.
 #   scripts/gpu_check.sh            # uses python3 (or $PYTHON)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,6 +34,8 @@ for bench in benchmarks/kernel_*.py; do
   echo "== $bench (mode=$mode)"
   "$PY" "$bench"
 done
+echo "== benchmarks/kernel_paged_kv.py --dtype fp64 (mode=$mode)"
+"$PY" benchmarks/kernel_paged_kv.py --dtype fp64
 echo "== benchmarks/kvguard_overhead.py (mode=$mode)"
 "$PY" benchmarks/kvguard_overhead.py --programs 200 --rounds 3 --kernels off
 echo "gpu_check: done (mode=$mode)"

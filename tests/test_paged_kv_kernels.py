@@ -8,6 +8,10 @@ permutation of the pool (with null-padded extra columns), the pool pre-filled wi
 garbage, writes in shuffled order with padding slots.  Queries are scaled to give near-uniform
 softmax, ordinary scores, or large score ranges.  Outputs are compared with
 ``oracles.close`` using the bound derived in :mod:`targets.paged_kv.attention_reference`.
+
+float64 storage (float64 accumulation end to end) has its own section: the same derivation
+with float64 roundoff, doubled because the float64 reference's own error is no longer
+negligible next to the kernel's -- under 5e-13 of ``sum_j p_j |v_j|`` at ordinary scores.
 """
 
 from __future__ import annotations
@@ -33,7 +37,9 @@ if triton_support.unavailable():
     pytest.skip(triton_support.unavailable(), allow_module_level=True)
 
 import torch  # noqa: E402
+import triton.language as tl  # noqa: E402
 
+from oracles.close import close, gamma  # noqa: E402
 from targets.paged_kv import attention_reference as ref_mod  # noqa: E402
 from targets.paged_kv import kernel_mutants  # noqa: E402
 from targets.paged_kv import kernels as K  # noqa: E402
@@ -41,6 +47,9 @@ from targets.paged_kv import kernels as K  # noqa: E402
 SETTINGS = dict(deadline=None, database=None, derandomize=True,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+#: Every storage dtype the kernels accept; float64 is checked with its own bound (FLOAT64 below),
+#: so the generic strategies and the float32/16-bit bound tests keep to DTYPES.
+STORAGE = {**DTYPES, "float64": torch.float64}
 #: query scale: near-uniform softmax / ordinary / large score ranges
 Q_SCALES = (0.01, 1.0, 4.0)
 DEVICE = triton_support.device()
@@ -114,7 +123,7 @@ class Built:
 def build(case: Case) -> Built:
     rng = np.random.default_rng(case.seed)
     gen = torch.Generator().manual_seed(case.seed)
-    dtype = DTYPES[case.dtype]
+    dtype = STORAGE[case.dtype]
     device = K.triton_support.device()
     b, hkv, d = case.block_size, case.kv_heads, case.head_dim
     heads = hkv * case.group
@@ -129,7 +138,10 @@ def build(case: Case) -> Built:
         taken += nb
 
     def randn(*shape: int, scale: float = 1.0) -> Any:
-        return (torch.randn(*shape, generator=gen) * scale).to(dtype)
+        # float64 cases draw float64 values: float32-representable inputs would hide a float32
+        # round trip in the kernels.
+        wide = torch.float64 if dtype == torch.float64 else torch.float32
+        return (torch.randn(*shape, generator=gen, dtype=wide) * scale).to(dtype)
 
     # The pool holds stale garbage; one spare block past the end absorbs off-by-one writes of
     # mutants (the cache tensors are views of the first num_blocks blocks).
@@ -328,6 +340,219 @@ def test_launchers_reject_bad_arguments() -> None:
                            built.value_cache, built.slot_mapping,
                            token_request=built.token_request, token_pos=built.token_pos,
                            shadow=object())
+
+
+# ============================================================================ float64 storage
+
+U64 = 2.0**-53
+#: Charge per float64 operation: round-to-nearest ``u``, doubled to cover libdevice's
+#: ``__nv_exp2`` (the GPU's float64 ``exp2``; NumPy's under the interpreter), as V32 does for
+#: float32 in attention_reference.
+V64 = 2.0 * U64
+#: float64 bound relative to ``W = sum_j p_j |v_j|``: the widest the cases below reach
+#: (q scale 4, head_dim 32: score magnitudes ~60) and at ordinary scores (q scale <= 1).
+FLOAT64_RELATIVE_MAX = 2e-12
+FLOAT64_RELATIVE_ORDINARY = 5e-13
+
+
+def kappa64(head_dim: int, keys_used: Any, sigma: Any) -> np.ndarray:
+    """``kappa`` of attention_reference's derivation with every operation in float64: score
+    error ``gamma_{D+2}``, exponent arguments and rescales ``4 v sigma~``, one ``exp2`` per key
+    and rescale, sums ``gamma_{3n+1}`` / ``gamma_{3n}``, the division; no storage rounding (the
+    output is stored in the accumulation dtype) and no ``P`` rounding."""
+    n = np.asarray(keys_used, dtype=np.float64)
+    s = np.asarray(sigma, dtype=np.float64)
+    g = lambda k: (k * V64) / (1.0 - k * V64)  # noqa: E731
+    g_score = g(head_dim + 2)
+    e = g_score * s + 4.0 * V64 * s * (1.0 + g_score) + n * 2.0 * V64 / (1.0 - 2.0 * V64)
+    g_a, g_l = g(3.0 * n + 1.0), g(3.0 * n)
+    hi = np.expm1(2 * e + np.log1p(g_a) + np.log1p(2 * V64) - np.log1p(-g_l))
+    lo = -np.expm1(-2 * e + np.log1p(-g_a) + np.log1p(-2 * V64) - np.log1p(g_l))
+    return np.maximum(hi, lo)
+
+
+def float64_close_arguments(ref: ref_mod.Reference) -> dict[str, Any]:
+    """``close`` arguments for a float64 kernel output against the float64 reference.
+
+    The reference's own error (scores from ``D`` products, ``exp``, two ``n``-term sums, a
+    division) is bounded by the same ``kappa64`` -- it does fewer roundings per step -- so
+    ``|kernel - reference| <= 2 kappa64 W + U`` with ``U = 2 n 2**-1022 max|v|`` for weights
+    below the smallest normal.  Passed as in ``Reference.close_arguments``: ``reduction_length
+    0``, ``factor = 2 kappa_max / gamma_3(u)``, ``magnitude = W + U / (2 kappa_max)``."""
+    k_max = 2.0 * float(kappa64(ref.head_dim, ref.keys_used[:, None], ref.sigma).max())
+    n = ref.keys_used.astype(np.float64)[:, None, None]
+    underflow = 2.0 * n * 2.0**-1022 * ref.vmax
+    return {"dtype": "float64", "reduction_length": 0,
+            "magnitude": ref.weight + underflow / k_max, "factor": k_max / gamma(3, U64)}
+
+
+def check64(built: Built, out: Any) -> Any:
+    """None, or the ``close`` failure of a float64 output against the float64 reference."""
+    assert out.dtype == torch.float64, out.dtype
+    ref = reference(built)
+    return close(ref.out, out.cpu().numpy(), name="attention", **float64_close_arguments(ref))
+
+
+FLOAT64_CASES = cases(dtypes=("float64",))
+
+
+@settings(max_examples=20, **SETTINGS)
+@given(FLOAT64_CASES)
+def test_float64_attention_matches_float64_reference(case: Case) -> None:
+    built = build(case)
+    out = run(built)
+    failure = check64(built, out)
+    assert failure is None, f"{case}: {failure.message}"
+
+
+@settings(max_examples=8, **SETTINGS)
+@given(FLOAT64_CASES)
+def test_float64_guarded_kernels_agree_and_report_nothing(case: Case) -> None:
+    plain = run(build(case))
+    built = build(case)
+    shadow = shadow_for(built)
+    guarded = run(built, guarded=True, shadow=shadow)
+    assert shadow.violations() == [] and int(shadow.count.item()) == 0, shadow.violations()[:5]
+    if triton_support.interpreted():
+        assert torch.equal(plain, guarded), "guarded float64 output differs from the plain one"
+    failure = check64(built, guarded)
+    assert failure is None, f"{case}: {failure.message}"
+
+
+def test_float64_bound_is_about_1e_12_relative_or_tighter() -> None:
+    """The float64 tolerance, relative to ``W``: <= 2e-12 at the widest score range the cases
+    reach, <= 5e-13 at ordinary scores -- seven orders of magnitude below float32's."""
+    widest = ordinary = 0.0
+    for seed in range(4):
+        for q_scale in Q_SCALES:
+            case = Case("float64", 4, 2, 2, 32, (40, 23), (40, 5), None, 1, 0, q_scale, seed)
+            args = float64_close_arguments(reference(build(case)))
+            relative = args["factor"] * gamma(3, U64)
+            widest = max(widest, relative)
+            if q_scale <= 1.0:
+                ordinary = max(ordinary, relative)
+    assert widest <= FLOAT64_RELATIVE_MAX and ordinary <= FLOAT64_RELATIVE_ORDINARY, (
+        widest, ordinary)
+
+
+def _float64_decode_case() -> Case:
+    """40 keys at ordinary scores, decode and chunked prefill, GQA; several key steps."""
+    return Case("float64", 4, 2, 2, 16, (40, 23), (1, 7), None, 1, 0, 1.0, 7)
+
+
+def test_float64_output_is_float64_accurate() -> None:
+    """Not float32 accuracy passed off as float64: the error is a few float64 ulps of ``W``."""
+    built = build(_float64_decode_case())
+    out = run(built)
+    ref = reference(built)
+    relative = float((np.abs(out.numpy() - ref.out) / ref.weight).max())
+    assert relative < 1e-14, relative
+    assert check64(built, out) is None
+
+
+def test_float64_write_kv_is_bitwise() -> None:
+    """The write kernel copies float64 rows bit for bit (no float32 round trip: the rows are
+    not float32-representable), skipping padding slots."""
+    built = build(_float64_decode_case())
+    assert not torch.equal(built.write_key.float().double(), built.write_key)
+    before = built.key_cache.clone()
+    K.write_kv(built.write_key, built.write_value, built.key_cache, built.value_cache,
+               built.slot_mapping)
+    expected = before.flatten(0, 1)
+    keep = built.slot_mapping >= 0
+    expected[built.slot_mapping[keep]] = built.write_key[keep]
+    assert torch.equal(built.key_cache.flatten(0, 1).view(torch.int64),
+                       expected.view(torch.int64))
+    guarded = build(_float64_decode_case())
+    shadow = shadow_for(guarded)
+    K.write_kv_guarded(guarded.write_key, guarded.write_value, guarded.key_cache,
+                       guarded.value_cache, guarded.slot_mapping,
+                       token_request=guarded.token_request, token_pos=guarded.token_pos,
+                       shadow=shadow)
+    assert shadow.violations() == []
+    assert torch.equal(guarded.key_cache, built.key_cache)
+    assert torch.equal(guarded.value_cache, built.value_cache)
+
+
+def _perturbed_key(built: Built, relative: float) -> None:
+    """Scale one written key element of request 0 (position 5, kv head 0, dim 0) by
+    ``1 + relative``, after the write kernel ran: a tiny corruption of the cache."""
+    b = built.case.block_size
+    block = int(built.tables[0, 5 // b])
+    built.key_cache[block, 5 % b, 0, 0] *= 1.0 + relative
+
+
+@pytest.mark.parametrize("relative", [1e-9, 1e-10])
+def test_float64_check_catches_a_perturbed_cache_entry(relative: float) -> None:
+    """Negative control: one key element off by 1e-9 / 1e-10 relative -- below a float32 ulp
+    (6e-8), so no float32 comparison could see it -- fails the float64 comparison."""
+    built = build(_float64_decode_case())
+    K.write_kv(built.write_key, built.write_value, built.key_cache, built.value_cache,
+               built.slot_mapping)
+    _perturbed_key(built, relative)
+    out = torch.full_like(built.query, float("nan"))
+    K.paged_attention(built.query, built.key_cache, built.value_cache, built.block_tables,
+                      built.seq_lens, built.query_start_loc, out, max_query_len=7)
+    failure = check64(built, out)
+    assert failure is not None and failure.details["worst"]["ratio"] > 2, failure
+
+
+def test_float64_check_catches_float32_accumulation() -> None:
+    """Mutant: float64 caches but the kernel compiled with a float32 accumulator (what the
+    launchers did for every dtype before float64 storage) -- the comparison must fail."""
+    real = K.attention_config
+
+    def float32_accumulator(*args: Any, **kwargs: Any) -> K.AttentionConfig:
+        return dataclasses.replace(real(*args, **kwargs), acc_dtype=tl.float32)
+
+    built = build(_float64_decode_case())
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(K, "attention_config", float32_accumulator)
+        out = run(built)
+    failure = check64(built, out)
+    assert failure is not None and failure.details["worst"]["ratio"] > 10, failure
+
+
+def test_float64_check_catches_a_float32_scale() -> None:
+    """Mutant: ``log2(e)`` rounded to float32 (a float32 constant or launch argument in the
+    score scale; Triton passes a plain Python float argument as float32) -- caught."""
+    built = build(_float64_decode_case())
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(K, "LOG2E", float(np.float32(K.LOG2E)))
+        out = run(built)
+    failure = check64(built, out)
+    assert failure is not None, "a float32-rounded scale passed the float64 check"
+
+
+def test_float64_guard_names_an_unreadable_block() -> None:
+    """KVGuard's device checks are dtype-independent; one of them in float64."""
+    built = build(_decode_case(dtype="float64"))
+    shadow = shadow_for(built)
+    _write(built, shadow)
+    block = int(built.tables[1, 1])
+    shadow.readable[1, block] = 0
+    out = _attend(built, shadow)
+    assert out.dtype == torch.float64
+    assert {(v.code, v.request, v.block) for v in shadow.violations()} == {
+        (K.READ_NOT_READABLE, 1, block)}
+
+
+def test_float64_launchers_reject_mixed_dtypes_and_lowp_dot() -> None:
+    built = build(Case("float64", 4, 1, 1, 8, (5,), (2,), None, 0, 0, 1.0, 0))
+    out = torch.zeros_like(built.query)
+    with pytest.raises(ValueError, match="storage dtype"):
+        K.paged_attention(built.query.float(), built.key_cache, built.value_cache,
+                          built.block_tables, built.seq_lens, built.query_start_loc,
+                          out.float())
+    with pytest.raises(ValueError, match="both alike"):
+        K.write_kv(built.write_key, built.write_value, built.key_cache,
+                   built.value_cache.float(), built.slot_mapping)
+    with pytest.raises(ValueError, match="lowp_dot needs 16-bit storage"):
+        K.paged_attention(built.query, built.key_cache, built.value_cache, built.block_tables,
+                          built.seq_lens, built.query_start_loc, out, lowp_dot=True)
+    with pytest.raises(ValueError, match="float32/float16/bfloat16/float64"):
+        K.write_kv(built.write_key.int(), built.write_value.int(), built.key_cache.int(),
+                   built.value_cache.int(), built.slot_mapping)
 
 
 # ============================================================================ mutants

@@ -1,6 +1,6 @@
 """Penelope's front eviction + refill is exact: checked on the paged-KV Triton kernels.
 
-A tiny float32 model writes every K/V through ``write_kv`` and reads through
+A tiny float64 model writes every K/V through ``write_kv`` and reads through
 ``paged_attention`` (natively on a GPU, under ``TRITON_INTERPRET=1`` without one); the oracle
 :func:`targets.scheduling.exactness.check_penelope` compares an evicted-and-refilled session
 with one that never evicted, bitwise.  Each mutant hook must be caught by the check it breaks.
@@ -22,6 +22,8 @@ from fuzzkit import triton_support  # noqa: E402
 triton_support.prepare()
 if triton_support.unavailable():
     pytest.skip(triton_support.unavailable(), allow_module_level=True)
+
+import torch  # noqa: E402
 
 from targets.scheduling import exactness as E  # noqa: E402
 from targets.scheduling.cost import CostModel  # noqa: E402
@@ -203,3 +205,23 @@ def test_refill_count_check_names_a_wrong_count(model: E.TinyModel) -> None:
     assert E.check_refill_counts(pool, session, hole, 8, 0) is None
     failure = E.check_refill_counts(pool, session, hole, 9, 0)
     assert failure is not None and failure.startswith("recompute-count:")
+
+
+@pytest.mark.kernel
+def test_model_and_caches_are_float64_and_compared_to_the_ulp(model: E.TinyModel) -> None:
+    """Everything the kernels see is float64, and the KV comparison is bitwise: one float64 ulp
+    on one cached key element is a ``kv-mismatch``."""
+    reference = E.PagedPool(model, 8, BLOCK)
+    ref_session = reference.new_session("main")
+    logits = reference.prefill(ref_session, history(9), 0)
+    assert E.DTYPE == torch.float64 and logits.dtype == torch.float64
+    assert all(c.dtype == torch.float64 for c in reference.key_caches + reference.value_caches)
+    pool = E.PagedPool(model, 8, BLOCK)
+    session = pool.new_session("main")
+    pool.prefill(session, history(9), 0)
+    assert E.compare_kv(model, reference, ref_session, pool, session, 9) is None
+    block = session.table[6 // BLOCK]
+    cell = pool.key_caches[1][block, 6 % BLOCK, 1, 3]
+    cell.copy_(torch.nextafter(cell, torch.tensor(float("inf"), dtype=torch.float64)))
+    failure = E.compare_kv(model, reference, ref_session, pool, session, 9)
+    assert failure is not None and failure.startswith("kv-mismatch: layer 1 key at position 6")

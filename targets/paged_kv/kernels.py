@@ -1,10 +1,10 @@
 """Triton kernels of the paged KV cache: write K/V into slots, paged attention through tables.
 
 Layout (vLLM style).  ``key_cache`` and ``value_cache`` are ``[num_blocks, block_size,
-num_kv_heads, head_dim]`` tensors in the storage dtype (float32, float16 or bfloat16), the last
-dimension contiguous.  Block 0 is the null block: never allocated, never written; block-table
-entries outside a sliding window point at it.  Slot ``s`` is offset ``s % block_size`` of block
-``s // block_size``.
+num_kv_heads, head_dim]`` tensors in the storage dtype (float32, float16, bfloat16 or float64),
+the last dimension contiguous.  Block 0 is the null block: never allocated, never written;
+block-table entries outside a sliding window point at it.  Slot ``s`` is offset
+``s % block_size`` of block ``s // block_size``.
 
 Launchers (torch tensors in, all on :func:`fuzzkit.triton_support.device`)::
 
@@ -22,6 +22,7 @@ All return ``None`` and write in place (the caches, ``out``, the shadow).  ``blo
 
 ``write_kv`` (reshape-and-cache): ``key``/``value`` are ``[T, num_kv_heads, head_dim]``;
 row ``t`` goes to slot ``slot_mapping[t]`` (int32 or int64); slot ``-1`` is padding, skipped.
+Rows are copied bit for bit (the launchers require key, value and the caches in one dtype).
 
 ``paged_attention``: ``query [T_total, H, D]`` packs the queries of ``R`` requests; request
 ``r`` owns rows ``query_start_loc[r] : query_start_loc[r+1]`` (int32 ``[R+1]``), which are the
@@ -40,13 +41,30 @@ One program handles one request, one tile of ``BLOCK_Q`` query tokens and one kv
 rounded up to a power of two; padded rows are masked).  It walks the keys ``lo .. hi`` the tile
 needs in ``BLOCK_N`` steps -- each key gathered through the block table, so ``BLOCK_N`` is
 independent of the block size -- with the online softmax of FlashAttention / flash-decoding:
-running max ``m``, running sum ``l``, accumulator rescaled by ``exp2(m_old - m_new)``.  Scores
-and the output accumulate in float32; the output is rounded to the storage dtype once, at the
-end.  On a GPU with 16-bit storage both products run on tensor cores in the storage dtype with
-float32 accumulation (``P`` rounded to the storage dtype for ``P @ V``, as FlashAttention
-does); in float32 storage, and always under ``TRITON_INTERPRET=1`` (where bfloat16 ``tl.dot``
-is garbage), every load is cast to float32 first and the dots are IEEE float32 (no TF32).  The error
-analysis in :mod:`targets.paged_kv.attention_reference` covers both paths.
+running max ``m``, running sum ``l``, accumulator rescaled by ``exp2(m_old - m_new)``.
+
+Precision.  The kernel accumulates in ``ACC`` (a ``tl.constexpr``): float32 for float32,
+float16 and bfloat16 storage, float64 for float64 storage.  Scores, the softmax scale
+``log2(e) / sqrt(D)`` (a constexpr Python float: a float32 constant, or exact in float64 --
+never a float32 launch argument, which is how Triton passes a plain Python float), ``exp2``,
+the running ``m`` and ``l`` and the output accumulator are all ``ACC``; the output is rounded
+to the storage dtype once, at the end (a no-op in float32 / float64).
+
+- 16-bit storage on a GPU: both products run on tensor cores in the storage dtype with float32
+  accumulation (``P`` rounded to the storage dtype for ``P @ V``, as FlashAttention does).
+- float32 storage, and 16-bit storage under ``TRITON_INTERPRET=1`` (where bfloat16 ``tl.dot``
+  is garbage): every load is cast to float32 and the dots are IEEE float32 (no TF32).  The
+  error analysis in :mod:`targets.paged_kv.attention_reference` covers both paths.
+- float64 storage: float64 operands and float64 dots -- Triton 3.9 accepts float64 ``tl.dot``
+  (result float64; ``input_precision`` concerns float32 only) and its NVIDIA backend lowers it
+  to the float64 tensor-core MMA (``mma.sync.aligned.m8n8k4...f64`` on sm_80,
+  ``m16n8k16...f64`` on sm_90), or to FMAs where that does not apply; the interpreter runs it
+  as a float64 ``np.matmul``.  ``exp2`` in float64 (libdevice ``__nv_exp2`` on a GPU), an IEEE
+  float64 division.  Meant for exactness oracles (``targets.scheduling.exactness``); on a GPU
+  it gets smaller tiles (``BLOCK_M_PREFILL_GPU_FP64``, ``BLOCK_N_GPU_FP64``) and no
+  pipelining.  The float64 error bound is in ``tests/test_paged_kv_kernels.py`` (its float64
+  section).  Verified under the interpreter; the native float64 path has not yet run on a GPU
+  (``scripts/gpu_check.sh`` covers it).
 
 KVGuard device interface (checks 4 and 5 of COMPONENTS.md §1)
 ------------------------------------------------------------
@@ -163,6 +181,11 @@ NUM_WARPS = 4
 #: Software-pipelining depth of the key loop on a GPU (two K/V tiles in flight; float32 tiles of
 #: 64 x 128 stay well inside shared memory).
 NUM_STAGES = 2
+#: float64 storage on a GPU (an exactness oracle, not a fast path): 8-byte elements, so half
+#: the prefill rows and keys per step, and no pipelining -- the fp32 tile budget, in fp64.
+BLOCK_M_PREFILL_GPU_FP64 = 32
+BLOCK_N_GPU_FP64 = 32
+NUM_STAGES_FP64 = 1
 
 
 def _next_pow2(n: int) -> int:
@@ -257,12 +280,17 @@ def paged_attention_kernel(
     stride_qt, stride_qh, stride_ot, stride_oh,
     stride_kcb, stride_kcs, stride_kch, stride_vcb, stride_vcs, stride_vch,
     stride_bt, max_blocks, num_blocks, block_size,
-    head_dim, group, window, qk_scale,
+    head_dim, group, window,
     G_PAD: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     SLIDING: tl.constexpr, LOWP_DOT: tl.constexpr, GUARD: tl.constexpr,
+    ACC: tl.constexpr, QK_SCALE: tl.constexpr,
 ):
-    """Attention of one (request, query tile, kv head): online softmax over gathered keys."""
+    """Attention of one (request, query tile, kv head): online softmax over gathered keys.
+
+    ``ACC`` is the accumulation dtype (``tl.float32``, or ``tl.float64`` for float64 storage);
+    ``QK_SCALE`` (``log2(e) / sqrt(D)``) is a Python float, so it enters the arithmetic as a
+    constant of ``ACC`` -- rounded to float32 once, or exact in float64."""
     r = tl.program_id(0)
     q_tile = tl.program_id(1)
     kv_head = tl.program_id(2)
@@ -286,7 +314,7 @@ def paged_attention_kernel(
     q = tl.load(q_ptr + (q_start + q_idx).to(tl.int64)[:, None] * stride_qt
                 + head[:, None] * stride_qh + offs_d[None, :], mask=q_mask, other=0.0)
     if not LOWP_DOT:
-        q = q.to(tl.float32)
+        q = q.to(ACC)
 
     # Keys this tile needs: from the oldest key in any row's window to the newest query.
     hi = tl.max(tl.where(row_ok, q_pos + 1, 0), axis=0)
@@ -296,9 +324,9 @@ def paged_attention_kernel(
     else:
         lo = 0
 
-    m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
-    l_i = tl.zeros((BLOCK_M,), tl.float32)
-    acc = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)
+    m_i = tl.full((BLOCK_M,), float("-inf"), ACC)
+    l_i = tl.zeros((BLOCK_M,), ACC)
+    acc = tl.zeros((BLOCK_M, BLOCK_D), ACC)
     table_row = block_tables_ptr + r.to(tl.int64) * stride_bt
 
     for start in range(lo, hi, BLOCK_N):
@@ -318,8 +346,8 @@ def paged_attention_kernel(
         if LOWP_DOT:
             s = tl.dot(q, k)
         else:
-            s = tl.dot(q, k.to(tl.float32), input_precision="ieee")
-        s = s * qk_scale  # log2 domain: scale * log2(e) folded in
+            s = tl.dot(q, k.to(ACC), input_precision="ieee")
+        s = s * QK_SCALE  # log2 domain: scale * log2(e) folded in
 
         valid = row_ok[:, None] & k_ok[None, :]
         valid = valid & (offs_n[None, :] <= q_pos[:, None])  # causal
@@ -335,7 +363,7 @@ def paged_attention_kernel(
         if LOWP_DOT:
             pv = tl.dot(p.to(v.dtype), v)
         else:
-            pv = tl.dot(p, v.to(tl.float32), input_precision="ieee")
+            pv = tl.dot(p, v.to(ACC), input_precision="ieee")
         acc = acc * alpha[:, None] + pv
         m_i = m_new
 
@@ -447,7 +475,7 @@ def _require(condition: bool, message: str) -> None:
         raise ValueError(message)
 
 
-_STORAGE = (torch.float32, torch.float16, torch.bfloat16)
+_STORAGE = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 
 
 def _require_shadow_shape(shadow: dict[str, Any], blocks_seen: int, num_blocks: int,
@@ -466,7 +494,7 @@ def _check_cache(key_cache: torch.Tensor, value_cache: torch.Tensor) -> None:
              f"head_dim] of one shape, got {tuple(key_cache.shape)} and "
              f"{tuple(value_cache.shape)}")
     _require(key_cache.dtype in _STORAGE and value_cache.dtype == key_cache.dtype,
-             f"cache dtype must be one of float32/float16/bfloat16 (both alike), got "
+             f"cache dtype must be one of float32/float16/bfloat16/float64 (both alike), got "
              f"{key_cache.dtype} and {value_cache.dtype}")
     _require(key_cache.stride(-1) == 1 and value_cache.stride(-1) == 1,
              "the head_dim axis of the caches must be contiguous")
@@ -575,6 +603,10 @@ class AttentionConfig:
     block_d: int
     g_pad: int
     lowp_dot: bool
+    #: ``tl.float64`` for float64 storage, else ``tl.float32``: scores, softmax state and the
+    #: output accumulator all run in it.
+    acc_dtype: Any = tl.float32
+    num_stages: int = NUM_STAGES
 
 
 def attention_config(head_dim: int, group: int, max_query_len: int, dtype: torch.dtype,
@@ -584,9 +616,12 @@ def attention_config(head_dim: int, group: int, max_query_len: int, dtype: torch
 
     Interpreted: one query tile covers up to ``BLOCK_M_MAX_INTERPRETED`` rows (few, big
     programs), keys in steps of 16.  GPU: 64-row tiles for prefill, 16 for decode, 64 keys per
-    step.  ``lowp_dot`` defaults to tensor-core dots in 16-bit storage dtypes on a GPU only.
+    step, two pipeline stages; float64 storage halves the prefill tile and the key step and
+    does not pipeline (float64 tiles are twice the bytes).  ``lowp_dot`` defaults to
+    tensor-core dots in 16-bit storage dtypes on a GPU only.
     """
     interpreted = triton_support.interpreted()
+    float64 = dtype == torch.float64
     g_pad = _next_pow2(group)
     block_d = max(16, _next_pow2(head_dim))
     if interpreted:
@@ -595,17 +630,24 @@ def attention_config(head_dim: int, group: int, max_query_len: int, dtype: torch
     elif max_query_len <= 1:
         block_m = max(BLOCK_M_MIN, g_pad)
     else:
-        block_m = max(BLOCK_M_PREFILL_GPU, g_pad)
-    block_n = block_n or (BLOCK_N_INTERPRETED if interpreted else BLOCK_N_GPU)
+        block_m = max(BLOCK_M_PREFILL_GPU_FP64 if float64 else BLOCK_M_PREFILL_GPU, g_pad)
+    if interpreted:
+        default_n = BLOCK_N_INTERPRETED
+    else:
+        default_n = BLOCK_N_GPU_FP64 if float64 else BLOCK_N_GPU
+    block_n = block_n or default_n
     _require(block_n >= 16 and block_n == _next_pow2(block_n),
              f"block_n must be a power of two >= 16, got {block_n}")
     if lowp_dot is None:
         lowp_dot = (not interpreted) and dtype in (torch.float16, torch.bfloat16)
-    _require(not (lowp_dot and dtype == torch.float32), "lowp_dot needs 16-bit storage")
+    _require(not (lowp_dot and dtype in (torch.float32, torch.float64)),
+             "lowp_dot needs 16-bit storage")
     _require(not (lowp_dot and interpreted and dtype == torch.bfloat16),
              "bfloat16 tl.dot is wrong under TRITON_INTERPRET=1; use lowp_dot=False")
     return AttentionConfig(block_q=block_m // g_pad, block_m=block_m, block_n=block_n,
-                           block_d=block_d, g_pad=g_pad, lowp_dot=bool(lowp_dot))
+                           block_d=block_d, g_pad=g_pad, lowp_dot=bool(lowp_dot),
+                           acc_dtype=tl.float64 if float64 else tl.float32,
+                           num_stages=NUM_STAGES_FP64 if float64 else NUM_STAGES)
 
 
 def _attention(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
@@ -664,7 +706,7 @@ def _attention(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.
         guard_args = (request_ids.to(torch.int32), shadow["readable"], shadow["slot_written"],
                       shadow["slot_pos"], shadow["records"], shadow["count"],
                       shadow["records"].shape[0], shadow["readable"].shape[0])
-    qk_scale = LOG2E / math.sqrt(head_dim)
+    qk_scale = LOG2E / math.sqrt(head_dim)  # a constexpr: exact in float64 (module docstring)
     attention_kernel[grid](
         query, key_cache, value_cache, out, block_tables, seq_lens, query_start_loc,
         *guard_args,
@@ -672,10 +714,11 @@ def _attention(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.
         key_cache.stride(0), key_cache.stride(1), key_cache.stride(2),
         value_cache.stride(0), value_cache.stride(1), value_cache.stride(2),
         block_tables.stride(0), max_blocks, num_blocks, block_size,
-        head_dim, group, int(sliding_window or 0), qk_scale,
+        head_dim, group, int(sliding_window or 0),
         G_PAD=cfg.g_pad, BLOCK_Q=cfg.block_q, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
         BLOCK_D=cfg.block_d, SLIDING=sliding_window is not None, LOWP_DOT=cfg.lowp_dot,
-        GUARD=guard is not None, num_warps=NUM_WARPS, num_stages=NUM_STAGES,
+        GUARD=guard is not None, ACC=cfg.acc_dtype, QK_SCALE=qk_scale,
+        num_warps=NUM_WARPS, num_stages=cfg.num_stages,
     )
 
 

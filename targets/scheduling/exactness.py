@@ -12,10 +12,12 @@ stays valid.  This module checks that claim on a tiny model whose every K/V writ
 The model's own projections run on the CPU in torch; the caches and the kernels on
 :func:`fuzzkit.triton_support.device` (the CPU under ``TRITON_INTERPRET=1``).
 
-Precision: float32, compared bitwise.  The kernels accept float32/float16/bfloat16 caches only
-(a float64 cache is rejected by the launchers, and under the interpreter every dot is float32),
-so float64 is impossible.  Bitwise equality still holds because the computation of a position
-is the *same* computation in the full prefill and in the refill:
+Precision: float64 end to end, compared bitwise.  Weights, activations, queries and the K/V
+caches are float64, and the kernels run with float64 storage, which makes them accumulate in
+float64 throughout (scores, the scale constant, ``exp2``, the online-softmax state and both
+dots; see :mod:`targets.paged_kv.kernels`).  Equality is still demanded to the bit, not within
+a tolerance, because the computation of a position is the *same* computation in the full
+prefill and in the refill -- float64 only makes each computation closer to the exact one:
 
 - host side, :func:`_matmul` accumulates over the input dimension with elementwise multiply and
   add, and the model uses only correctly rounded elementwise operations (``+ * / sqrt max``);
@@ -25,9 +27,15 @@ is the *same* computation in the full prefill and in the refill:
   ``BLOCK_N``, so a query sees the same key steps in the same order whether it sits in the full
   prefill or in the refill chunk; trailing steps that are fully masked for a row rescale by
   ``exp2(0) = 1`` and add zeros, which is exact.  One assumption remains: that ``tl.dot``
-  gives a row the same bits whatever the other rows of its tile (the interpreter runs it as
-  ``np.matmul``; OpenBLAS's float32 kernels do here -- the clean tests are bitwise).  Not yet
-  run on a GPU; if a device's dot broke it, ``kv-mismatch`` would say so with the max |diff|.
+  gives a row the same bits whatever the other rows of its tile (16 rows for decode and for
+  chunks of up to 16 tokens, 32 or 64 for longer prefills).  The interpreter runs it as
+  ``np.matmul``, OpenBLAS's float64 ``dgemm`` here: the clean tests, and a sweep of 133 random
+  histories / prefixes / block sizes 1-8 / front and tail evictions / CPU-tier sizes, are
+  bitwise.  On a GPU a float64 ``tl.dot`` becomes float64 MMA instructions (``m8n8k4`` on
+  sm_80, ``m16n8k16`` on sm_90) or FMAs, whose order over the reduction axis is fixed by the
+  instruction sequence and does not involve other rows -- the same property -- but this
+  oracle has not yet run on a GPU; if a device's dot broke it, ``kv-mismatch`` would say so
+  with the max |diff|.
 
 Hooks (small methods of :class:`PagedPool`, patched by the mutants in :data:`MUTANTS`):
 
@@ -61,7 +69,7 @@ import torch  # noqa: E402
 from targets.paged_kv import kernels  # noqa: E402
 from targets.scheduling.cost import CostModel  # noqa: E402
 
-DTYPE = torch.float32
+DTYPE = torch.float64
 RMS_EPS = 1e-6
 
 # ============================================================================ the tiny model
@@ -105,7 +113,7 @@ def _rms_norm(x: torch.Tensor) -> torch.Tensor:
 class TinyModel:
     """A seeded two-layer decoder with RoPE: wrong positions change K (and so everything later).
 
-    float32 weights; the attention itself is not here -- :class:`PagedPool` runs it through the
+    float64 weights; the attention itself is not here -- :class:`PagedPool` runs it through the
     paged-attention kernel.  ``qkv`` and ``finish_layer`` are the two halves of a layer around
     that kernel."""
 
@@ -116,10 +124,9 @@ class TinyModel:
 
         def weight(rows: int, cols: int) -> torch.Tensor:
             w = rng.standard_normal((rows, cols)) / math.sqrt(rows)
-            return torch.from_numpy(w.astype(np.float32))
+            return torch.from_numpy(w).to(DTYPE)
 
-        self.embedding = torch.from_numpy(rng.standard_normal((c.vocab, c.d_model))
-                                          .astype(np.float32))
+        self.embedding = torch.from_numpy(rng.standard_normal((c.vocab, c.d_model))).to(DTYPE)
         self.wq = [weight(c.d_model, inner) for _ in range(c.layers)]
         self.wk = [weight(c.d_model, inner) for _ in range(c.layers)]
         self.wv = [weight(c.d_model, inner) for _ in range(c.layers)]
