@@ -53,13 +53,52 @@ def serve(rid: int, tokens: list[int], adapter: Optional[int] = None,
 
 
 def program(num_blocks: int, block_size: int, steps: list[Any],
-            window: Optional[int] = None) -> dict[str, Any]:
+            window: Optional[int] = None, eviction: Optional[str] = None) -> dict[str, Any]:
     flat: list[dict[str, Any]] = []
     for step in steps:
         flat.extend(step if isinstance(step, list) else [step])
-    return {"config": {"num_blocks": num_blocks, "block_size": block_size,
-                       "sliding_window": window},
-            "program": flat}
+    config: dict[str, Any] = {"num_blocks": num_blocks, "block_size": block_size,
+                              "sliding_window": window}
+    if eviction is not None:  # absent means "lru"
+        config["eviction"] = eviction
+    return {"config": config, "program": flat}
+
+
+# ---------------------------------------------------------------------------- eviction scenarios
+#
+# b = 2.  HISTORY has 4 full blocks A0..A3 and a partial one; under penelope the finish queues
+# A0..A3 front first, and 5 blocks of pressure (3 free, then A0, A1) leave A2, A3: the returning
+# turn (old tokens + 2) has no prefix, the hole A0..A1 and the suffix A2..A3, then new blocks.
+
+HISTORY = [1, 2, 3, 4, 5, 6, 7, 8, 9]
+
+
+def returning_turn(eviction: str) -> dict[str, Any]:
+    turn = HISTORY + [10, 11]
+    return program(8, 2, [serve(0, HISTORY), op("finish", 0), serve(1, [0] * 10),
+                          op("finish", 1), add(2, turn), allocate(2, 11), op("write", 2),
+                          allocate(2, 11), op("write", 2), op("publish", 2)], eviction=eviction)
+
+
+def shared_prefix(eviction: str, probe: list[dict[str, Any]]) -> dict[str, Any]:
+    """Request 1 hits A0, A1 while request 0 holds them: shared.  At request 0's finish its own
+    blocks are A2, A3; 4 blocks of pressure evict one cached block (after 3 uncached ones)."""
+    return program(8, 2, [serve(0, HISTORY), add(1, [1, 2, 3, 4, 0]), allocate(1, 5),
+                          op("finish", 1), op("finish", 0), serve(2, [0] * 8), op("finish", 2),
+                          *probe], eviction=eviction)
+
+
+def handed_over_session() -> dict[str, Any]:
+    """Request 1 continues request 0's session (hole A0, shared suffix A1..A3, new N4, N5); at
+    its finish its own blocks (A0', N4, N5) queue before the shared ones, and pressure evicts
+    A0', N4: a third turn finds A1..A3 and N5 with N4 missing between them -- a suffix with a
+    gap, of which only N5 is the contiguous suffix."""
+    first = [1, 2, 3, 4, 5, 6, 7, 8]
+    second = first + [10, 11, 12, 13, 14]
+    return program(9, 2, [serve(0, first), op("finish", 0), serve(1, [0] * 10), op("finish", 1),
+                          add(2, second), allocate(2, 13), op("write", 2), allocate(2, 13),
+                          op("write", 2), op("publish", 2), op("finish", 2), serve(1, [5] * 8),
+                          op("finish", 1), add(0, second + [15])], eviction="penelope")
 
 
 # ---------------------------------------------------------------------------- the cases
@@ -201,6 +240,26 @@ CASES: dict[str, tuple[dict[str, Any], str]] = {
     "reset-while-in-use": (
         program(4, 2, [serve(0, [1, 2, 3]), {"op": "reset"}]),
         "mismatch:trace:reset:exact:step['result']"),
+    # tail first evicts A3, A2: the returning turn hits the prefix A0, A1 and computes from 4
+    "penelope-evicts-tail": (
+        returning_turn("penelope"), "mismatch:trace:allocate:exact:step['result']['computed']"),
+    # the shared A1 is evicted instead of A2: same hit count, a different hole
+    "penelope-shared-prefix-first": (
+        shared_prefix("penelope", [add(3, HISTORY), allocate(3, 9), op("write", 3)]),
+        "mismatch:trace:allocate:exact:step['result']['computed']"),
+    "penelope-suffix-gap": (
+        handed_over_session(), "mismatch:trace:add:exact:step['result']"),
+    # the table is A2, A3, hole: the driver sees two leading hits but a refill from 0
+    "penelope-hole-after-suffix": (
+        returning_turn("penelope"), "invariant:paged_kv:refill-positions:allocate"),
+    "penelope-no-jump": (
+        returning_turn("penelope"), "invariant:paged_kv:table-length:write"),
+    # the new block 4 (tokens 8, 9) lies before the last usable block's end: jumped over
+    "penelope-jump-to-usable-end": (
+        returning_turn("penelope"), "invariant:paged_kv:table-length:write"),
+    # evicting request 0's group (A3, A2) takes the shared A0, A1 along
+    "session-evicts-shared": (
+        shared_prefix("session", [add(3, HISTORY)]), "mismatch:trace:add:exact:step['result']"),
 }
 
 

@@ -541,7 +541,9 @@ PATCH_POINTS = [
     "_allocate_new_blocks", "_commit", "_publishable_range", "_publish_block", "_release_blocks",
     "_free_block", "_return_to_free_queue", "_num_out_of_window", "_remove_out_of_window",
     "_share_blocks", "_can_reset_prefix_cache", "_drop_all_hashes", "_acquire_row", "_reset_row",
-    "_release_row",
+    "_release_row", "_find_suffix", "_refill_bounds", "_close_refill", "_release_order",
+    "_form_release_group", "_evict_release_group", "_leave_release_group", "_take_reference",
+    "_admit",
 ]
 
 
@@ -555,9 +557,12 @@ def _buggy_pin_after(self: OptimizedManager, hits: Any) -> None:
     return None  # hits never referenced: allocation may recycle them
 
 
-def _buggy_release_head_first(self: OptimizedManager, blocks: Any) -> None:
-    for block in blocks:
-        self._free_block(block)
+_RELEASE_BLOCKS = OptimizedManager._release_blocks
+
+
+def _buggy_release_head_first(self: OptimizedManager, blocks: Any,
+                              whole_request: bool = False) -> None:
+    _RELEASE_BLOCKS(self, list(reversed(blocks)), whole_request)
 
 
 def _buggy_evict_keeps_hash(self: OptimizedManager, block: Any) -> None:
@@ -701,7 +706,10 @@ def random_program(rng: random.Random) -> dict[str, Any]:
                 live.discard(r)
         else:
             program.append({"op": "reset"})
-    return {"config": {"num_blocks": n, "block_size": b, "sliding_window": window},
+    # drawn last, so that each seed's program is the one it was before policies existed
+    eviction = rng.choice(["lru", "lru", "session", "penelope"])
+    return {"config": {"num_blocks": n, "block_size": b, "sliding_window": window,
+                       "eviction": eviction},
             "program": program}
 
 

@@ -2,7 +2,8 @@
 
 Inputs::
 
-    config   {"num_blocks": N, "block_size": b, "sliding_window": w or null}
+    config   {"num_blocks": N, "block_size": b, "sliding_window": w or null,
+              "eviction": "lru" | "session" | "penelope" (absent: "lru")}
     program  [{"op": "add", "rid": 0, "tokens": [...], "adapter": null, "salt": null},
               {"op": "allocate", "rid": 0, "n": 4}, {"op": "write", "rid": 0},
               {"op": "publish", "rid": 0}, {"op": "append", "rid": 0, "tokens": [...]},
@@ -28,12 +29,17 @@ from fuzzkit import triton_support
 from fuzzkit.target import Implementation, Target
 from targets.paged_kv import checks
 from targets.paged_kv.driver import run_program
+from targets.paged_kv.protocol import Config, supports
 from targets.paged_kv.reference import ReferenceManager
 
 
 def manager_implementation(manager_class: Any, name: str, backend: str = "external",
                            description: str = "") -> Implementation:
-    """An implementation that drives ``manager_class`` (the protocol) through each program."""
+    """An implementation that drives ``manager_class`` (the protocol) through each program.
+
+    A case whose eviction policy the class does not declare (``eviction_policies``; "lru" only
+    without it) is not run: the output says so and the oracle passes it, so a manager written
+    for tail-LRU is fuzzed on the "lru" cases instead of failing every other one."""
     if not callable(manager_class):
         from fuzzkit.errors import UsageError
 
@@ -41,6 +47,10 @@ def manager_implementation(manager_class: Any, name: str, backend: str = "extern
                          f"targets/paged_kv/protocol.py), got a {type(manager_class).__name__}")
 
     def run(inputs: dict[str, Any]) -> dict[str, Any]:
+        eviction = Config.from_json(inputs["config"]).eviction
+        if not supports(manager_class, eviction):
+            return {"steps": [], "violation": None,
+                    "unsupported": f"{name} does not declare eviction {eviction!r}"}
         return run_program(manager_class, inputs)
 
     return Implementation(name, run, backend=backend,

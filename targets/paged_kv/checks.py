@@ -11,6 +11,7 @@ from typing import Any, Optional
 
 import oracles
 from fuzzkit.failure import Failure
+from targets.paged_kv.protocol import EVICTIONS
 
 
 def oracle(inputs: dict[str, Any], expected: dict[str, Any], actual: dict[str, Any]) -> Optional[Failure]:
@@ -23,6 +24,8 @@ def oracle(inputs: dict[str, Any], expected: dict[str, Any], actual: dict[str, A
             f"invariant:paged_kv:reference:{ref_violation['check']}",
             ref_violation,
         )
+    if actual.get("unsupported"):  # an outside manager without this eviction policy
+        return None
     violation = actual["violation"]
     steps = actual["steps"]
     expected_steps = expected["steps"][: len(steps)] if violation else expected["steps"]
@@ -48,6 +51,8 @@ def validate(inputs: dict[str, Any]) -> Optional[str]:
     config = inputs.get("config", {})
     if config.get("num_blocks", 0) < 2 or config.get("block_size", 0) < 1:
         return "config needs num_blocks >= 2 and block_size >= 1"
+    if config.get("eviction", "lru") not in EVICTIONS:
+        return f"config eviction must be one of {', '.join(EVICTIONS)}"
     if not isinstance(inputs.get("program"), list):
         return "program must be a list of operation records"
     return None

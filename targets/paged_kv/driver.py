@@ -10,7 +10,11 @@ incomplete hash keys, in any manager, however it assigns physical blocks (block 
 compared with the reference).
 
 Managers that expose :meth:`inspect` are also checked for the structural invariants after every
-step.  The first violation stops the program: what follows it is noise.
+step, and under penelope eviction for the refill invariants: the blocks an admitted request
+reuses (the hashed entries of its new table) are a prefix plus one contiguous suffix of its
+usable blocks, and the positions it then computes are exactly the hole between them, in order,
+before anything after the suffix.  The first violation stops the program: what follows it is
+noise.
 """
 
 from __future__ import annotations
@@ -33,6 +37,17 @@ class Violation(Exception):
 
 
 @dataclasses.dataclass
+class _Refill:
+    """An open penelope refill as the driver sees it: the hole ``next .. hole_end - 1`` must be
+    scheduled next, in order; once it is written, scheduling resumes at ``suffix_end``."""
+
+    next: int
+    hole_end: int
+    suffix_end: int
+    written: bool = False
+
+
+@dataclasses.dataclass
 class _Shadow:
     """What the driver knows about a request independently of the manager."""
 
@@ -40,6 +55,7 @@ class _Shadow:
     adapter: Optional[int]
     salt: Optional[int]
     pending: list[int] = dataclasses.field(default_factory=list)  # positions to write
+    refill: Optional[_Refill] = None
 
     def stamp(self, position: int) -> Stamp:
         return (tuple(self.tokens[: position + 1]), self.adapter, self.salt)
@@ -53,6 +69,7 @@ class Driver:
         self.memory: dict[int, Stamp] = {}  # slot -> stamp
         self.requests: dict[int, _Shadow] = {}
         self.inspectable = callable(getattr(manager, "inspect", None))
+        self.checks_refills = self.inspectable and config.eviction == "penelope"
 
     # ------------------------------------------------------------------ operations
 
@@ -64,10 +81,18 @@ class Driver:
         return result
 
     def allocate(self, rid: int, n: int) -> Any:
+        admitting = (self.checks_refills and rid in self.requests
+                     and not self.manager.block_table(rid))
         allocation: Optional[Allocation] = self.manager.allocate(rid, n)
         if allocation is None:
             return None
         shadow = self.requests[rid]
+        if admitting:
+            shadow.refill = self._admitted(rid, shadow, allocation)
+        if shadow.refill is not None:
+            self._check_refill_step(rid, shadow.refill, allocation)
+            if shadow.refill.written:
+                shadow.refill = None
         for src, dst in allocation.copies:
             self.copy_block(src, dst)
         start = allocation.computed
@@ -96,6 +121,8 @@ class Driver:
                     raise Violation("kv-content", self._describe_bad_read(rid, key, query, slot,
                                                                           found, shadow))
         shadow.pending = []
+        if shadow.refill is not None and shadow.refill.next == shadow.refill.hole_end:
+            shadow.refill.written = True
         return self.manager.commit(rid)
 
     def forward(self) -> Any:
@@ -125,6 +152,7 @@ class Driver:
         result = self.manager.preempt(rid)
         if result and rid in self.requests:
             self.requests[rid].pending = []
+            self.requests[rid].refill = None
         return result
 
     def trim(self, rid: int) -> Any:
@@ -175,6 +203,47 @@ class Driver:
         whose = f" (request {owner[0]}'s)" if owner else ""
         return (f"{head}: it holds the KV of another prefix{whose}: position {len(tokens) - 1} "
                 f"of {list(tokens)}, expected {list(shadow.tokens[: key + 1])}")
+
+    # ------------------------------------------------------------------ penelope refills
+
+    def _admitted(self, rid: int, shadow: _Shadow, allocation: Allocation) -> Optional[_Refill]:
+        """Check what an admission reuses (the table entries that kept their hash: hits; new
+        blocks have none) and where it starts computing; return the refill if it has a hole."""
+        state = self.manager.inspect()
+        table = state["tables"].get(rid, [])
+        reused = [i for i, block in enumerate(table)
+                  if block and state["block_hash"].get(block) is not None]
+        usable = max(0, (len(shadow.tokens) - 1) // self.b)
+        prefix = next((k for k, i in enumerate(reused) if i != k), len(reused))
+        suffix = reused[prefix:]
+        start = suffix[0] if suffix else prefix
+        if suffix != list(range(start, start + len(suffix))) or any(i >= usable for i in reused):
+            raise Violation("refill-resident-set",
+                            f"request {rid} reuses table entries {reused} of {usable} usable "
+                            "blocks: not a prefix plus one contiguous suffix of usable blocks")
+        if allocation.computed != prefix * self.b:
+            raise Violation("refill-positions",
+                            f"request {rid} reuses a prefix of {prefix} blocks but computes "
+                            f"from position {allocation.computed}, not {prefix * self.b}")
+        if not suffix:
+            return None
+        return _Refill(prefix * self.b, start * self.b, (start + len(suffix)) * self.b)
+
+    def _check_refill_step(self, rid: int, refill: _Refill, allocation: Allocation) -> None:
+        """Recomputed tokens are exactly the hole, in order; then the suffix is skipped."""
+        start, end = allocation.computed, allocation.computed + allocation.scheduled
+        if refill.written and start != refill.suffix_end:
+            raise Violation("refill-positions",
+                            f"request {rid}: the hole up to {refill.hole_end - 1} is computed "
+                            f"and the suffix {refill.hole_end}..{refill.suffix_end - 1} is "
+                            f"resident, so computing resumes at {refill.suffix_end}; the "
+                            f"manager schedules {start}..{end - 1}")
+        if not refill.written and (start != refill.next or end > refill.hole_end):
+            raise Violation("refill-positions",
+                            f"request {rid} must compute the hole {refill.next}.."
+                            f"{refill.hole_end - 1} next, in order; the manager schedules "
+                            f"{start}..{end - 1}")
+        refill.next = max(refill.next, end)
 
     # ------------------------------------------------------------------ structure
 

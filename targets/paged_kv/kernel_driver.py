@@ -12,6 +12,10 @@ output far outside the ``close`` bound.
 Order of evidence in one ``write``: KVGuard's host checks (table, translation), then the device
 checks (read / write records), then the attention output, then the stamp model.  The first that
 fails is reported, so a kernel bug is named by the guard class that saw it first.
+
+A penelope refill runs queries at the hole's positions while the table already reaches the end
+of the resident suffix: such a launch gets the table entries its context spans (positions up to
+the last query), the rest is not read yet.
 """
 
 from __future__ import annotations
@@ -94,10 +98,11 @@ class KernelDriver(Driver):
         for rid in rows:
             shadow = self.requests[rid]
             positions = list(shadow.pending)
-            table = list(self.manager.block_table(rid))
+            span = self._refill_span(shadow, positions[-1] + 1)
+            table = list(self.manager.block_table(rid))[:span]
             guard.check_table(rid, table, positions[-1] + 1, first_query=positions[0])
             slots = self._slot_mapping(rid, positions, table)
-            launch_table = self._launch_table(rid, table)
+            launch_table = self._launch_table(rid, table)[:span]
             guard.check_translation(rid, positions, slots, table, launch_table)
             batch.append((rid, shadow, positions, slots, launch_table))
         if not batch:
@@ -145,6 +150,13 @@ class KernelDriver(Driver):
                                 f"request {rid}: paged attention for positions {positions[0]}.."
                                 f"{positions[-1]} differs from the float64 reference: "
                                 f"{failure.message}")
+
+    def _refill_span(self, shadow: Any, context: int) -> Optional[int]:
+        """During a refill, the table entries the launch's context spans (the hole's queries do
+        not read the suffix, and KVGuard sizes a launch's table by them); else None (all)."""
+        if shadow.refill is not None and not shadow.refill.written:
+            return -(-context // self.b)
+        return None
 
     def _slot_mapping(self, rid: int, positions: list[int], table: list[int]) -> list[int]:
         """The manager's slot mapping when it computes one (vLLM does, on the host)."""

@@ -18,6 +18,11 @@ the driver treats ``preempt``/``finish`` as cancelling the in-flight step (its p
 dropped), so freeing at that point is correct under the protocol and a deferred-free bug has no
 observable effect; its sibling, freeing on the *scheduled* count, is #47728 below.
 
+Seven mutants break the eviction policies (``Config.eviction`` "penelope" and "session"; the
+rules are in :mod:`targets.paged_kv.protocol`).  Those policies come from papers, not from an
+engine with an issue tracker, so their citation names the rule they break (COMPONENTS.md §2,
+Penelope / whole-session eviction) and the engine code the mistake is borrowed from.
+
 ``tests/test_paged_kv_mutants.py`` holds, for every mutant, a minimal program on which the
 reference and the clean manager agree and the mutated manager fails the oracle.
 """
@@ -50,8 +55,10 @@ _COW_IF_SHARED = M._cow_if_shared
 _SHARE_BLOCKS = M._share_blocks
 _DROP_ALL_HASHES = M._drop_all_hashes
 _FIND_HITS = M._find_hits
-_ALLOCATE_NEW_BLOCKS = M._allocate_new_blocks
 _REMOVE_OUT_OF_WINDOW = M._remove_out_of_window
+_ADMIT = M._admit
+_FORM_RELEASE_GROUP = M._form_release_group
+_RELEASE_BLOCKS = M._release_blocks
 
 
 def _side(manager: OptimizedManager, name: str) -> dict[Any, Any]:
@@ -93,12 +100,13 @@ def _finish_frees_store_list(self: OptimizedManager, rid: int) -> Optional[bool]
     return result
 
 
-def _release_head_first(self: OptimizedManager, blocks: Sequence[KVCacheBlock]) -> None:
+def _release_head_first(self: OptimizedManager, blocks: Sequence[KVCacheBlock],
+                        whole_request: bool = False) -> None:
     """Blocks released in table order (head first) instead of reversed: cached blocks reach the
     back of the free queue head last, so eviction takes a request's *first* block before its
-    tail and breaks the prefix chain.  Invisible until a cached prefix is partly evicted."""
-    for block in blocks:
-        self._free_block(block)
+    tail and breaks the prefix chain.  Invisible until a cached prefix is partly evicted.
+    (Emulated as the clean release of the reversed table.)"""
+    _RELEASE_BLOCKS(self, list(reversed(blocks)), whole_request)
 
 
 def _return_always_to_back(self: OptimizedManager, block: KVCacheBlock) -> None:
@@ -112,17 +120,18 @@ def _return_always_to_back(self: OptimizedManager, block: KVCacheBlock) -> None:
 
 def _pin_after_allocation(self: OptimizedManager, hits: Sequence[KVCacheBlock]) -> None:
     """Megatron-LM#5822: the references on prefix hits are taken *after* the new blocks are
-    allocated.  This step only remembers the hits; see ``_allocate_new_blocks_then_pin``."""
+    allocated.  This step only remembers the hits; see ``_allocate_then_pin``."""
     self.__dict__["_unpinned_hits"] = list(hits)
 
 
-def _allocate_new_blocks_then_pin(self: OptimizedManager, req: _Request, count: int) -> None:
+def _allocate_then_pin(self: OptimizedManager, rid: int, num_tokens: int) -> Optional[Allocation]:
     """Megatron-LM#5822: new blocks are popped from the free queue while the hits still sit in
     it with ``ref_cnt == 0``; a hit at the front is evicted and handed out again as a new block
     of the same request, then referenced -- the request's table names it twice and the prefill
     overwrites the cached prefix."""
-    _ALLOCATE_NEW_BLOCKS(self, req, count)
+    result = _ALLOCATE(self, rid, num_tokens)
     _PIN(self, self.__dict__.pop("_unpinned_hits", []))
+    return result
 
 
 def _touch_increments_first(self: OptimizedManager, hits: Sequence[KVCacheBlock]) -> None:
@@ -439,6 +448,94 @@ def _drop_hashes_rebuild_pool(self: OptimizedManager) -> None:
     self.free_queue = FreeKVCacheBlockQueue(self.blocks)
 
 
+# ============================================================================ eviction policies
+
+
+def _release_order_tail_first(self: OptimizedManager, freed: Sequence[KVCacheBlock],
+                              whole_request: bool) -> list[KVCacheBlock]:
+    """Penelope's release order left as vLLM's (freed blocks in reverse, tail first): the front
+    of a history stays and its *tail* is evicted first -- tail-LRU under penelope's name.  A
+    returning session then finds a prefix and no suffix, and recomputes its most expensive
+    tokens."""
+    unhashed = [block for block in freed if block.block_hash is None]
+    return unhashed + [block for block in freed if block.block_hash is not None]
+
+
+def _release_order_shared_first(self: OptimizedManager, freed: Sequence[KVCacheBlock],
+                                whole_request: bool) -> list[KVCacheBlock]:
+    """Penelope's two groups concatenated the wrong way round: the shared prefix joins the queue
+    *before* the session's own history, so eviction takes the prefix other sessions hit while
+    this session's history stays (the "keep the shared prefix" rule inverted)."""
+    unhashed = [block for block in freed if block.block_hash is None]
+    cached = [block for block in freed if block.block_hash is not None]
+    if whole_request and self.eviction == "penelope":
+        cached = ([block for block in cached if block.shared]
+                  + [block for block in reversed(cached) if not block.shared])
+    return unhashed + cached
+
+
+def _find_suffix_over_gaps(self: OptimizedManager, req: _Request,
+                           start: int) -> tuple[int, list[KVCacheBlock]]:
+    """The suffix scan ``continue``s past a block that is not cached instead of stopping: every
+    cached block behind the hole is taken, as if they were contiguous, so a suffix with a gap
+    (a block evicted in its middle) is laid into the table shifted by the gap -- the resident
+    set is no longer prefix plus *one contiguous* suffix."""
+    if self.eviction != "penelope":
+        return start, []
+    last = self._max_hit_blocks(req) - 1
+    while last > start and self._cached_block(self._block_hash(req, last)) is None:
+        last -= 1
+    suffix = [block for index in range(start + 1, last + 1)
+              if (block := self._cached_block(self._block_hash(req, index))) is not None]
+    return last + 1 - len(suffix), suffix
+
+
+def _admit_hole_after_suffix(self: OptimizedManager, req: _Request,
+                             hits: Sequence[KVCacheBlock], hole: int,
+                             suffix: Sequence[KVCacheBlock]) -> None:
+    """An append-only block table (vLLM v1's ``BlockTable.append_row``: rows only grow at the
+    end) with holes retrofitted: the hits are appended, and the hole's new blocks after them,
+    so the suffix lands at the hole's logical positions and the hole is computed into blocks
+    at the suffix's positions."""
+    self.guard.on_hits(req.rid, [block.block_id for block in (*hits, *suffix)])
+    self._pin([*hits, *suffix])
+    self._append_table(req, [block.block_id for block in (*hits, *suffix)])
+    self._allocate_new_blocks(req, hole)
+    req.computed = len(hits) * self.block_size
+    req.num_cached_blocks = len(hits)
+
+
+def _close_refill_without_jump(self: OptimizedManager, req: _Request) -> None:
+    """The refill is marked done but ``num_computed_tokens`` stays at the hole's end: the
+    resident suffix is recomputed (and rewritten in place), the saving penelope exists for is
+    lost, and the table covers more than the computed tokens."""
+    req.refill = None
+
+
+def _close_refill_at_usable_end(self: OptimizedManager, req: _Request) -> None:
+    """The jump assumes the resident suffix always reaches the last usable block (true for a
+    re-admitted preempted request, not for a returning turn that brought new tokens):
+    ``computed`` lands past blocks that were never computed."""
+    _, suffix_end = req.refill  # type: ignore[misc]
+    req.computed = max(suffix_end, self._max_hit_blocks(req) * self.block_size)
+    req.refill = None
+
+
+def _form_release_group_with_shared(self: OptimizedManager,
+                                    freed: Sequence[KVCacheBlock]) -> None:
+    """Whole-session eviction that takes the session's *shared* blocks along: the release
+    group is every cached block the finish returned, so evicting the session also evicts the
+    prefix other sessions still hit (refcount-shared prefixes must outlive one session)."""
+    _FORM_RELEASE_GROUP(self, freed)
+    group = self.release_groups.setdefault(self.num_releases, {})
+    for block in freed:
+        if block.block_hash is not None and block.shared:
+            block.release = self.num_releases
+            group[block.block_id] = block
+    if not group:
+        del self.release_groups[self.num_releases]
+
+
 # ============================================================================ the list
 
 
@@ -472,7 +569,7 @@ MUTANTS: list[Mutant] = [
     _mutant("pin-after-allocation",
             "references on prefix hits taken after allocation: hits recycled",
             "Megatron-LM#5822",
-            _pin=_pin_after_allocation, _allocate_new_blocks=_allocate_new_blocks_then_pin),
+            _pin=_pin_after_allocation, allocate=_allocate_then_pin),
     _mutant("touch-leaves-hit-in-free-queue",
             "prefix hits referenced but left evictable in the free queue",
             "vLLM #33775",
@@ -578,6 +675,39 @@ MUTANTS: list[Mutant] = [
             "vLLM v1 get_num_blocks_to_allocate / num_evictable_computed_blocks (vLLM PR #19031, "
             "#11310); COMPONENTS.md §1 'never over-commit'",
             _fits=_fits_ignoring_hits),
+    _mutant("penelope-evicts-tail",
+            "front-of-history eviction evicting the tail (release order not reversed)",
+            "Penelope, COMPONENTS.md §2 (evict a session's history from the front); vLLM v1 "
+            "KVCacheManager.free (reverse order, tail first) kept by mistake",
+            _release_order=_release_order_tail_first),
+    _mutant("penelope-shared-prefix-first",
+            "shared prefix evicted before the session's own history",
+            "Penelope, COMPONENTS.md §2 (keep the shared prefix; evict the history first)",
+            _release_order=_release_order_shared_first),
+    _mutant("penelope-suffix-gap",
+            "resident suffix accepted with a gap (scan continues past a missing block)",
+            "Penelope, COMPONENTS.md §2 (resident set is prefix ∪ one contiguous suffix)",
+            _find_suffix=_find_suffix_over_gaps),
+    _mutant("penelope-hole-after-suffix",
+            "hole blocks appended after the suffix: hole computed at the suffix's positions",
+            "Penelope, COMPONENTS.md §2 (recompute the hole with original positions); vLLM v1 "
+            "BlockTable.append_row (append-only rows)",
+            _admit=_admit_hole_after_suffix),
+    _mutant("penelope-no-jump",
+            "computed not advanced past the resident suffix after the refill",
+            "Penelope, COMPONENTS.md §2 (recomputed tokens == the hole); vLLM #46595 class "
+            "(stale computed-token count)",
+            _close_refill=_close_refill_without_jump),
+    _mutant("penelope-jump-to-usable-end",
+            "computed jumps to the last usable block, past never-computed tokens",
+            "Penelope, COMPONENTS.md §2 (refill exact under causal attention); vLLM #46595 "
+            "class (stale computed-token count)",
+            _close_refill=_close_refill_at_usable_end),
+    _mutant("session-evicts-shared",
+            "whole-session eviction drops the session's shared prefix blocks too",
+            "whole-session eviction baseline, COMPONENTS.md §2; SGLang RadixCache / vLLM v1 "
+            "prefix blocks are refcounted and outlive one session",
+            _form_release_group=_form_release_group_with_shared),
     _mutant("reset-while-in-use",
             "reset of the prefix cache while blocks are in use",
             "vLLM v1 KVCacheManager.reset_prefix_cache (refuses while blocks are used; "

@@ -24,6 +24,17 @@ public operations only sequence those steps; they hold no policy of their own.  
 each step says which rule of the protocol it implements and which bug class patching it models.
 Steps that *decide* (``_find_hits``, ``_shared_write_index``, ``_fits``...) are pure: they
 change nothing, so ``allocate`` can decide everything before it changes anything.
+
+Eviction policies
+-----------------
+``Config.eviction`` picks "lru" (the above), "session" or "penelope" (the protocol's docstring
+has the exact rules).  Each policy difference is one step too: ``_release_order`` (the order
+released cached blocks join the back of the queue), ``_find_suffix`` (penelope's resident
+suffix behind a hole), ``_close_refill`` (the jump past the suffix once the hole is computed)
+and ``_evict_release_group`` (session: the rest of an evicted block's release goes with it).
+Blocks carry their owner (the request id they were handed out to), a *shared* flag and their
+session release group; each release group is a dict of its blocks still cached in the free
+queue, in queue order, so evicting a session costs its own size.
 """
 
 from __future__ import annotations
@@ -35,16 +46,19 @@ import numpy as np
 from targets.paged_kv import hashing
 from targets.paged_kv.hashing import BlockHash, ExtraKeys
 from oracles.kvguard import NULL_GUARD
-from targets.paged_kv.protocol import Allocation, Config
+from targets.paged_kv.protocol import EVICTIONS, Allocation, Config
 
 __all__ = ["KVCacheBlock", "FreeKVCacheBlockQueue", "OptimizedManager"]
 
 
 class KVCacheBlock:
-    """One physical block: id, reference count, hash (None unless published and not evicted) and
-    the free-queue links (both None while the block is not in the queue)."""
+    """One physical block: id, reference count, hash (None unless published and not evicted),
+    the free-queue links (both None while the block is not in the queue), and for the eviction
+    policies its owner (the request id it was handed out to), whether another request id has
+    held it since (``shared``) and its session release group (None outside one)."""
 
-    __slots__ = ("block_id", "ref_cnt", "block_hash", "prev_free_block", "next_free_block")
+    __slots__ = ("block_id", "ref_cnt", "block_hash", "prev_free_block", "next_free_block",
+                 "owner", "shared", "release")
 
     def __init__(self, block_id: int) -> None:
         self.block_id = block_id
@@ -52,6 +66,9 @@ class KVCacheBlock:
         self.block_hash: Optional[BlockHash] = None
         self.prev_free_block: Optional[KVCacheBlock] = None
         self.next_free_block: Optional[KVCacheBlock] = None
+        self.owner: Optional[int] = None
+        self.shared = False
+        self.release: Optional[int] = None
 
     def __repr__(self) -> str:
         return (f"KVCacheBlock(id={self.block_id}, ref_cnt={self.ref_cnt}, "
@@ -132,10 +149,11 @@ class _Request:
     chain hashes of the first ``len(block_hashes)`` full blocks, extended lazily.
     ``num_cached_blocks``: leading table entries known to be hashed or null (publish starts there,
     as vLLM's per-request ``num_cached_block``).  Such a block stays hashed while held: eviction
-    only takes ref-0 blocks and a prefix-cache reset only happens with no block in use."""
+    only takes ref-0 blocks and a prefix-cache reset only happens with no block in use.
+    ``refill``: ``(hole end, suffix end)`` in tokens while a penelope refill is open."""
 
     __slots__ = ("rid", "tokens", "adapter", "salt", "computed", "pending", "row",
-                 "block_hashes", "num_cached_blocks")
+                 "block_hashes", "num_cached_blocks", "refill")
 
     def __init__(self, rid: int, tokens: list[int], adapter: Optional[int],
                  salt: Optional[int], row: int) -> None:
@@ -148,11 +166,13 @@ class _Request:
         self.row = row
         self.block_hashes: list[BlockHash] = []
         self.num_cached_blocks = 0
+        self.refill: Optional[tuple[int, int]] = None
 
 
 class OptimizedManager:
     """vLLM-v1-style manager implementing ``KVCacheManager`` and ``InspectableManager``."""
 
+    eviction_policies = EVICTIONS
     INITIAL_ROWS = 8
     INITIAL_BLOCKS_PER_ROW = 8
 
@@ -165,10 +185,14 @@ class OptimizedManager:
         self.num_blocks = config.num_blocks
         self.block_size = config.block_size
         self.sliding_window = config.sliding_window
+        self.eviction = config.eviction
         self.blocks = [KVCacheBlock(i) for i in range(self.num_blocks)]
         self.null_block = self.blocks[0]
         self.free_queue = FreeKVCacheBlockQueue(self.blocks[1:])
         self.cached: dict[BlockHash, dict[int, KVCacheBlock]] = {}
+        # session eviction: release id -> {block_id: block} still cached in the free queue
+        self.release_groups: dict[int, dict[int, KVCacheBlock]] = {}
+        self.num_releases = 0
         self.requests: dict[int, _Request] = {}
         self.tables = np.zeros((self.INITIAL_ROWS, self.INITIAL_BLOCKS_PER_ROW), dtype=np.int32)
         self.row_lens = np.zeros(self.INITIAL_ROWS, dtype=np.int64)
@@ -183,37 +207,44 @@ class OptimizedManager:
 
     def add_request(self, rid: int, tokens: Sequence[int], adapter: Optional[int] = None,
                     salt: Optional[int] = None) -> Optional[int]:
-        """Register ``rid``; return ``hits * block_size`` of a lookup that pins nothing.
-        An id that already exists is refused with None (nothing changes; the reference agrees)."""
+        """Register ``rid``; return ``hits * block_size`` of a lookup that pins nothing (prefix
+        and, under penelope, suffix hits).  An id that already exists is refused with None
+        (nothing changes; the reference agrees)."""
         if rid in self.requests:
             return None
         req = _Request(rid, [int(t) for t in tokens], adapter, salt, self._acquire_row())
         self.requests[rid] = req
-        return len(self._find_hits(req)) * self.block_size
+        hits = self._find_hits(req)
+        _, suffix = self._find_suffix(req, len(hits))
+        return (len(hits) + len(suffix)) * self.block_size
 
     def allocate(self, rid: int, num_tokens: int) -> Optional[Allocation]:
-        """Decide everything first (hits, scheduled count, copy-on-write, new blocks, fit), then
-        apply in the protocol's order: pin hits, copy on write, append new blocks."""
+        """Decide everything first (hits, hole, scheduled count, copy-on-write, new blocks,
+        fit), then apply in the protocol's order: pin hits (prefix, then suffix), take the hole's
+        blocks, copy on write, append new blocks."""
         req = self.requests.get(rid)
         if req is None:
             return None
         self._actor = rid
         admitting = self._holds_no_blocks(req)
         hits = self._find_hits(req) if admitting else []
-        computed = len(hits) * self.block_size if admitting else req.computed
-        scheduled = self._num_to_schedule(req, computed, num_tokens)
-        held = len(hits) if admitting else self._table_len(req)
+        suffix_start, suffix = self._find_suffix(req, len(hits)) if admitting else (0, [])
+        hole = suffix_start - len(hits) if suffix else 0
+        if admitting:
+            computed = len(hits) * self.block_size
+            refill = self._refill_bounds(suffix_start, len(suffix)) if hole else None
+        else:
+            computed, refill = req.computed, req.refill
+        scheduled = self._num_to_schedule(req, computed, num_tokens, refill)
+        held = len(hits) + hole + len(suffix) if admitting else self._table_len(req)
         num_new = self._num_new_blocks(computed + req.pending + scheduled, held)
         cow_index = None if admitting else self._shared_write_index(req, scheduled)
-        num_taken = num_new + (0 if cow_index is None else 1)
-        if not self._fits(hits, num_taken):
+        num_taken = hole + num_new + (0 if cow_index is None else 1)
+        if not self._fits([*hits, *suffix], num_taken):
             return None
         if admitting:
-            self.guard.on_hits(rid, [block.block_id for block in hits])
-            self._pin(hits)
-            self._append_table(req, [block.block_id for block in hits])
-            req.computed = computed
-            req.num_cached_blocks = len(hits)
+            self._admit(req, hits, hole, suffix)
+            req.refill = refill
         copies: list[tuple[int, int]] = []
         copy = self._cow_if_shared(req, scheduled)
         if copy is not None:
@@ -258,7 +289,7 @@ class OptimizedManager:
         parent = self.requests.get(src)
         if parent is None:
             return None
-        if parent.pending or dst in self.requests:
+        if parent.pending or parent.refill is not None or dst in self.requests:
             return False
         child = _Request(dst, list(parent.tokens), parent.adapter, parent.salt,
                          self._acquire_row())
@@ -274,10 +305,11 @@ class OptimizedManager:
         if req is None:
             return None
         self._actor = rid
-        self._release_blocks(self._table_blocks(req))
+        self._release_blocks(self._table_blocks(req), whole_request=True)
         self._reset_row(req.row)
         req.computed = req.pending = 0
         req.num_cached_blocks = 0
+        req.refill = None
         return True
 
     def trim(self, rid: int) -> Optional[int]:
@@ -296,7 +328,7 @@ class OptimizedManager:
         if req is None:
             return None
         self._actor = rid
-        self._release_blocks(self._table_blocks(req))
+        self._release_blocks(self._table_blocks(req), whole_request=True)
         del self.requests[rid]
         self._release_row(req.row)
         return True
@@ -338,8 +370,8 @@ class OptimizedManager:
             "free_queue": self.free_queue.block_ids(),
             "cached": {h: list(d) for h, d in self.cached.items()},
             "tables": {rid: self.block_table(rid) for rid in self.requests},
-            # not in the protocol's docstring, but driver.check_structure needs it
-            "tokens_in_table": {rid: r.computed + r.pending for rid, r in self.requests.items()},
+            "tokens_in_table": {rid: r.computed + r.pending if r.refill is None else r.refill[1]
+                                for rid, r in self.requests.items()},
         }
 
     # ================================================================== hashing
@@ -386,6 +418,31 @@ class OptimizedManager:
             hits.append(block)
         return hits
 
+    def _find_suffix(self, req: _Request, start: int) -> tuple[int, list[KVCacheBlock]]:
+        """Penelope: ``(first index, blocks)`` of the run of cached blocks ending at the last
+        cached usable block, behind the prefix's first miss at ``start`` (so the hole between
+        is never empty); no blocks under the other policies or when nothing after ``start`` is
+        cached.  Pure.  Patch to run over a missing block for the suffix-with-a-gap bug."""
+        if self.eviction != "penelope":
+            return start, []
+        index = self._max_hit_blocks(req) - 1
+        while index > start and self._cached_block(self._block_hash(req, index)) is None:
+            index -= 1  # blocks after the last cached one are computed as usual
+        suffix: list[KVCacheBlock] = []
+        while index > start:
+            block = self._cached_block(self._block_hash(req, index))
+            if block is None:
+                break
+            suffix.append(block)
+            index -= 1
+        suffix.reverse()
+        return index + 1, suffix
+
+    def _refill_bounds(self, suffix_start: int, suffix_len: int) -> tuple[int, int]:
+        """``(hole end, suffix end)`` in tokens: the hole ends where the suffix starts."""
+        return (suffix_start * self.block_size,
+                (suffix_start + suffix_len) * self.block_size)
+
     def _holds_no_blocks(self, req: _Request) -> bool:
         """A request with an empty table (new, or preempted) is (re-)admitted with a lookup.
         A table whose entries were all trimmed to the null block is *not* empty."""
@@ -393,9 +450,12 @@ class OptimizedManager:
 
     # ================================================================== allocation planning
 
-    def _num_to_schedule(self, req: _Request, computed: int, num_tokens: int) -> int:
-        """``min(n, len - computed - pending)``, never negative (a negative ``n`` schedules 0)."""
-        return max(0, min(int(num_tokens), len(req.tokens) - computed - req.pending))
+    def _num_to_schedule(self, req: _Request, computed: int, num_tokens: int,
+                         refill: Optional[tuple[int, int]]) -> int:
+        """``min(n, limit - computed - pending)``, never negative (a negative ``n`` schedules 0);
+        the limit is the request's length, or the hole's end while a refill is open."""
+        limit = len(req.tokens) if refill is None else refill[0]
+        return max(0, min(int(num_tokens), limit - computed - req.pending))
 
     def _num_blocks_for(self, num_tokens: int) -> int:
         """Blocks that cover ``num_tokens`` slots: ``ceil(t / b)``.  Patch to ``t // b + 1`` for
@@ -438,8 +498,30 @@ class OptimizedManager:
         for block in hits:
             if block.ref_cnt == 0:
                 self.free_queue.remove(block)
-            block.ref_cnt += 1
-            self.guard.on_share(self._actor, block.block_id)
+                self._leave_release_group(block)
+            self._take_reference(block, self._actor)
+
+    def _take_reference(self, block: KVCacheBlock, rid: int) -> None:
+        """One more holder (a hit, a fork); a holder other than the block's owner makes it
+        shared (the eviction policies keep shared blocks longest / out of a session)."""
+        block.ref_cnt += 1
+        if block.owner != rid:
+            block.shared = True
+        self.guard.on_share(rid, block.block_id)
+
+    def _admit(self, req: _Request, hits: Sequence[KVCacheBlock], hole: int,
+               suffix: Sequence[KVCacheBlock]) -> None:
+        """(Re-)admission: pin the prefix and suffix hits before anything else, then build the
+        table in logical order -- prefix, ``hole`` new blocks, suffix -- and start computing
+        after the prefix (at the hole).  Patch to append the hole after the suffix (an
+        append-only block table) for the hole-at-the-suffix's-position bug."""
+        self.guard.on_hits(req.rid, [block.block_id for block in (*hits, *suffix)])
+        self._pin([*hits, *suffix])
+        self._append_table(req, [block.block_id for block in hits])
+        self._allocate_new_blocks(req, hole)
+        self._append_table(req, [block.block_id for block in suffix])
+        req.computed = len(hits) * self.block_size
+        req.num_cached_blocks = len(hits)
 
     def _evict(self, block: KVCacheBlock) -> None:
         """Drop a block being reused from the cached map and clear its hash.  Patch to keep the
@@ -456,14 +538,44 @@ class OptimizedManager:
         self.guard.on_evict(block.block_id)
 
     def _take_free_block(self) -> KVCacheBlock:
-        """Pop the front of the free queue, evict it if it still has a hash, hand it out with
-        ``ref_cnt == 1``.  Patch to hand out the null block (kvcached #398)."""
+        """Pop the front of the free queue, evict it if it still has a hash (under session
+        eviction with the rest of its release group), hand it out with ``ref_cnt == 1``, owned
+        by the current request and not shared.  Patch to hand out the null block
+        (kvcached #398)."""
         block = self.free_queue.popleft()
         if block.block_hash is not None:
             self._evict(block)
+            self._evict_release_group(block)
         block.ref_cnt += 1
+        block.owner, block.shared = self._actor, False
         self.guard.on_allocate(self._actor, block.block_id)
         return block
+
+    def _evict_release_group(self, block: KVCacheBlock) -> None:
+        """Session eviction: ``block`` (in a release group) was just evicted; every other block
+        of its group -- all still cached in the free queue -- is evicted too and moved to the
+        front, in queue order, to be reused next."""
+        if block.release is None:
+            return
+        group = self.release_groups.pop(block.release)
+        del group[block.block_id]
+        block.release = None
+        for member in reversed(list(group.values())):
+            member.release = None
+            self.free_queue.remove(member)
+            self._evict(member)
+            self.free_queue.appendleft(member)
+
+    def _leave_release_group(self, block: KVCacheBlock) -> None:
+        """A block pinned out of the free queue leaves its release group (a later release puts
+        it in a new one)."""
+        if block.release is None:
+            return
+        group = self.release_groups[block.release]
+        del group[block.block_id]
+        if not group:
+            del self.release_groups[block.release]
+        block.release = None
 
     def _cow_if_shared(self, req: _Request, scheduled: int) -> Optional[tuple[int, int]]:
         """Copy on write: if the write position lies in a shared block, replace it in this
@@ -490,6 +602,15 @@ class OptimizedManager:
         """The scheduled tokens' KV is written."""
         req.computed += req.pending
         req.pending = 0
+        if req.refill is not None and req.computed >= req.refill[0]:
+            self._close_refill(req)
+
+    def _close_refill(self, req: _Request) -> None:
+        """Penelope: the hole is computed, so everything up to the suffix's end is: ``computed``
+        jumps there and later allocations continue after the suffix.  Patch to stay at the hole's
+        end (the suffix is recomputed) or to jump past the suffix."""
+        req.computed = req.refill[1]  # type: ignore[index]
+        req.refill = None
 
     # ================================================================== publish
 
@@ -510,21 +631,51 @@ class OptimizedManager:
 
     # ================================================================== free
 
-    def _release_blocks(self, blocks: Sequence[KVCacheBlock]) -> None:
+    def _release_blocks(self, blocks: Sequence[KVCacheBlock], whole_request: bool = False) -> None:
         """Release a request's blocks, given in *table order*, tail first (vLLM frees in reverse
-        so a request's tail is evicted before its head).  Patch to release head first for the
-        wrong-free-order bug, or to release one block twice (#42571)."""
-        for block in reversed(blocks):
-            self._free_block(block)
+        so a request's tail is evicted before its head); the freed ones join the free queue in
+        the policy's order.  ``whole_request``: a finish or preempt (the eviction policies apply;
+        a trim releases as "lru").  Patch to release head first for the wrong-free-order bug,
+        or to release one block twice (#42571)."""
+        freed = [block for block in reversed(blocks) if self._free_block(block)]
+        for block in self._release_order(freed, whole_request):
+            self._return_to_free_queue(block)
+        if whole_request and self.eviction == "session":
+            self._form_release_group(freed)
 
-    def _free_block(self, block: KVCacheBlock) -> None:
-        """Drop one reference (the null block is skipped); at 0 the block joins the free queue."""
+    def _free_block(self, block: KVCacheBlock) -> bool:
+        """Drop one reference (the null block is skipped); True when it reached 0."""
         if block is self.null_block or block.block_id == 0:
-            return
+            return False
         self.guard.on_release(self._actor, block.block_id)
         block.ref_cnt -= 1
-        if block.ref_cnt == 0:
-            self._return_to_free_queue(block)
+        return block.ref_cnt == 0
+
+    def _release_order(self, freed: Sequence[KVCacheBlock],
+                       whole_request: bool) -> list[KVCacheBlock]:
+        """The order freed blocks (given tail first) join the queue: every unhashed one goes to
+        the front and every cached one to the back (``_return_to_free_queue``), so only the
+        cached ones' order matters: tail first, or under penelope (a whole request) its
+        non-shared blocks head first, then its shared ones tail first.  Patch to keep tail
+        first (penelope evicting from the tail) or to put shared blocks first."""
+        unhashed = [block for block in freed if block.block_hash is None]
+        cached = [block for block in freed if block.block_hash is not None]
+        if whole_request and self.eviction == "penelope":
+            cached = ([block for block in reversed(cached) if not block.shared]
+                      + [block for block in cached if block.shared])
+        return unhashed + cached
+
+    def _form_release_group(self, freed: Sequence[KVCacheBlock]) -> None:
+        """Session eviction: a finish or preempt's blocks that joined the queue cached and not
+        shared form one release group (in queue order: tail first).  Patch to take shared
+        blocks in as well for the session-evicts-the-shared-prefix bug."""
+        self.num_releases += 1
+        group = {block.block_id: block for block in freed
+                 if block.block_hash is not None and not block.shared}
+        for block in group.values():
+            block.release = self.num_releases
+        if group:
+            self.release_groups[self.num_releases] = group
 
     def _return_to_free_queue(self, block: KVCacheBlock) -> None:
         """Front if unhashed (reused first), back if cached (evicted last, oldest first).  Patch
@@ -567,8 +718,7 @@ class OptimizedManager:
         self.row_lens[dst.row] = length
         for block in self._table_blocks(src):
             if block is not self.null_block:
-                block.ref_cnt += 1
-                self.guard.on_share(dst.rid, block.block_id)
+                self._take_reference(block, dst.rid)
 
     # ================================================================== reset
 
@@ -581,8 +731,10 @@ class OptimizedManager:
         for candidates in self.cached.values():
             for block in candidates.values():
                 block.block_hash = None
+                block.release = None
                 self.guard.on_evict(block.block_id)
         self.cached.clear()
+        self.release_groups.clear()
 
     # ================================================================== NumPy block tables
 

@@ -33,20 +33,68 @@ Policy (the contract; the reference implements it in the plainest way)
   drops by 1) and the copy ``(old, new)`` is returned so that the KV can be copied.  If the free
   queue (minus hits that pinning would take out of it) cannot supply every new block, nothing
   changes and ``None`` is returned ("does not fit": never over-commit).
-* **Free** (``finish``, ``preempt``, trimming): a request's blocks are released *tail first*;
-  each gets ``ref_cnt -= 1``, and one that reaches 0 joins the free queue — at the *front* if it
-  has no hash (reused first), at the *back* if it is cached (evicted last, oldest first).
-  The null block is skipped.
+* **Free** (``finish``, ``preempt``, trimming): each released block gets ``ref_cnt -= 1`` (the
+  null block is skipped); the ones that reach 0 join the free queue: those without a hash at the
+  *front*, in table order (reused first; the request's head first), the cached ones at the
+  *back* (evicted last) in the policy's *release order* (see **Eviction policy**; for "lru": tail
+  first, so a request's tail is evicted before its head).
 * **Sliding window** ``w`` (``Config.sliding_window``): a query at position ``q`` reads keys
   ``max(0, q - w + 1) .. q``.  ``trim(rid)`` replaces every table entry whose block lies wholly
   below ``computed - w + 1`` (the first key any future query reads) by the null block and frees it.
 * ``fork(src, dst)``: ``dst`` becomes a new request with ``src``'s tokens and extra keys, sharing
   every block of ``src``'s table (``ref_cnt += 1`` each) and its computed count.  Refused (False)
-  when ``src`` has scheduled-but-unwritten tokens, or ``dst`` exists.
+  when ``src`` has scheduled-but-unwritten tokens or an open refill (penelope), or ``dst`` exists.
 * ``preempt(rid)``: frees all blocks; ``computed = pending = 0``; the request keeps its tokens and
   is re-admitted by a later ``allocate`` (prefix lookup again).
 * ``reset_prefix_cache()``: only when no block is in use: drops every hash (blocks keep their
   free-queue order) and returns True; otherwise changes nothing and returns False.
+
+Eviction policy (``Config.eviction``)
+-------------------------------------
+Everything above is the policy "lru" (the default; vLLM's tail-LRU).  The two others change
+only what is said below (the release order; for "session" what taking a block evicts; for
+"penelope" the lookup and the first allocation); every other rule holds for all three.
+
+*Ownership.*  A block the free queue hands out (a new block, a copy-on-write copy) is *owned* by
+the request id it is allocated for and is not *shared*.  It becomes shared once a reference is
+taken by a request id other than its owner (a prefix or suffix hit, a fork), and stays shared
+until it is handed out again.  Request ids name sessions: a returning turn re-added under the
+same id does not make its own history shared.
+
+* **"lru"**: release order tail first (decreasing table index); lookup and allocation as above.
+* **"session"** (whole-session eviction): release order tail first.  Each ``finish`` or
+  ``preempt`` is one *release*; the blocks it returns to the queue cached and not shared form the
+  release's *group* (a trim forms none).  A block leaves its group when it leaves the free queue
+  (pinned as a hit, handed out).  When an allocation takes a cached block from the front of the
+  queue (evicting it, as always) and that block is in a group, every other block of the group is
+  evicted with it (hash dropped) and moved to the front of the queue, keeping their relative
+  queue order, so the allocation reuses the rest of that session before anything else.
+* **"penelope"** (front-of-history eviction, the shared prefix kept): release order for
+  ``finish``/``preempt``: first the non-shared cached blocks in *increasing* table index (the
+  front of a history is evicted first, its tail kept longest), then the shared ones in
+  decreasing table index (the root of a shared prefix is evicted last); a trim releases tail
+  first.
+  *Lookup*: the prefix as above: hits ``0 .. i-1``, ``i`` the first block not cached, among
+  the ``usable = (len(tokens) - 1) // b`` blocks.  If a usable block after ``i`` is cached, let
+  ``m`` be the last one: the *suffix* is the longest run ``j .. m`` of cached blocks (``j > i``)
+  and ``i .. j-1`` is the *hole*; otherwise there is neither.  (The suffix ends at the last
+  cached block, not at ``usable - 1``: a returning turn's new tokens are never cached.)  Suffix
+  hits, too, take the block published first.  ``add_request`` returns ``(prefix + suffix blocks)
+  * b``.
+  *Refill*: ``allocate`` on a request holding no blocks pins the prefix hits, then the suffix
+  hits, before anything else; its table becomes prefix, ``j - i`` new blocks (the hole), suffix;
+  ``computed = i * b`` and the refill is *open*.  While it is open an allocation schedules
+  ``min(n, j*b - computed - pending)`` tokens from ``computed + pending`` (never past the hole)
+  and appends no block, and the ``commit`` that makes ``computed`` reach ``j * b`` closes it and
+  sets ``computed = (m + 1) * b`` (the end of the suffix): later allocations continue from there
+  as usual (new blocks for ``m + 1 ..``).  The fit check counts the ``j - i`` hole blocks against
+  the free queue minus the prefix and suffix hits with ``ref_cnt == 0``.  Recomputed tokens are
+  exactly the hole, at their original positions.  While a refill is open ``fork`` from the
+  request is refused, and trimming uses ``computed`` (the refill's progress).
+
+A manager class declares the policies it implements in a class attribute ``eviction_policies``
+(a tuple of names); one without it implements "lru" only, and fuzzkit passes its cases of other
+policies without running them (see :func:`supports`).
 
 Operations on an unknown request id return None and change nothing; so does ``add_request``
 with an id that exists.  A request "holds no blocks" when its table is empty (a table trimmed
@@ -59,17 +107,34 @@ import dataclasses
 from typing import Any, Mapping, Optional, Protocol, Sequence, runtime_checkable
 
 
+#: The eviction policies of the contract (module docstring), the default first.
+EVICTIONS = ("lru", "session", "penelope")
+
+
 @dataclasses.dataclass(frozen=True)
 class Config:
     num_blocks: int
     block_size: int
     sliding_window: Optional[int] = None
+    eviction: str = "lru"
+
+    def __post_init__(self) -> None:
+        if self.eviction not in EVICTIONS:
+            raise ValueError(f"unknown eviction policy {self.eviction!r} (known: "
+                             f"{', '.join(EVICTIONS)})")
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "Config":
+        """A config dict without ``eviction`` is "lru" (cases saved before the field existed)."""
         window = data.get("sliding_window")
         return cls(int(data["num_blocks"]), int(data["block_size"]),
-                   None if window is None else int(window))
+                   None if window is None else int(window), str(data.get("eviction", "lru")))
+
+
+def supports(manager_class: Any, eviction: str) -> bool:
+    """Whether ``manager_class`` implements ``eviction`` (its ``eviction_policies`` attribute;
+    a manager written before the attribute existed implements "lru" only)."""
+    return eviction in getattr(manager_class, "eviction_policies", ("lru",))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -130,8 +195,9 @@ class InspectableManager(KVCacheManager, Protocol):
 
     ``inspect()`` returns ``{"ref_cnt": {block: n}, "block_hash": {block: hash or None},
     "free_queue": [block, ...] (front first), "cached": {hash: [block, ...]},
-    "tables": {rid: [block, ...]}, "tokens_in_table": {rid: computed + pending}}`` for blocks
-    ``1 .. num_blocks-1``.
+    "tables": {rid: [block, ...]}, "tokens_in_table": {rid: tokens}}`` for blocks
+    ``1 .. num_blocks-1``, where ``tokens`` is what the table covers: ``computed + pending``, or
+    the end of the suffix while a refill (penelope) is open.
     """
 
     def inspect(self) -> dict[str, Any]: ...

@@ -10,9 +10,10 @@ import dataclasses
 from typing import Any, Optional, Sequence
 
 from targets.paged_kv.hashing import BlockHash, full_block_hashes
-from targets.paged_kv.protocol import Allocation, Config
+from targets.paged_kv.protocol import EVICTIONS, Allocation, Config
 
 NULL_BLOCK = 0
+NEW = None  # a table entry planned for a block not taken yet (the hole of a refill)
 
 
 @dataclasses.dataclass
@@ -23,9 +24,12 @@ class _Request:
     table: list[int] = dataclasses.field(default_factory=list)
     computed: int = 0
     pending: int = 0
+    refill: Optional[tuple[int, int]] = None  # (hole end, suffix end) while a refill is open
 
 
 class ReferenceManager:
+    eviction_policies = EVICTIONS
+
     def __init__(self, config: Config) -> None:
         self.config = config
         self.b = config.block_size
@@ -34,39 +38,90 @@ class ReferenceManager:
         self.free_queue: list[int] = list(range(1, config.num_blocks))  # front first
         self.cached: dict[BlockHash, list[int]] = {}  # publication order
         self.requests: dict[int, _Request] = {}
+        self.owner: dict[int, Optional[int]] = {p: None for p in self.ref_cnt}  # allocating rid
+        self.shared = {p: False for p in self.ref_cnt}
+        self.group: dict[int, Optional[int]] = {p: None for p in self.ref_cnt}  # session release
+        self.releases = 0
 
     # ---------------------------------------------------------------- prefix cache
 
-    def _lookup(self, req: _Request) -> list[int]:
-        """Cached blocks for the request's leading full blocks, leaving the last token out."""
-        hits = []
-        usable = (len(req.tokens) - 1) // self.b
-        for h in full_block_hashes(req.tokens, self.b, req.adapter, req.salt, count=usable):
-            if not self.cached.get(h):
-                break
-            hits.append(self.cached[h][0])
-        return hits
+    def _usable(self, req: _Request) -> int:
+        return (len(req.tokens) - 1) // self.b  # the last token is always computed
 
-    def _take_free_block(self) -> int:
-        block = self.free_queue.pop(0)
+    def _lookup(self, req: _Request) -> tuple[list[int], int, list[int]]:
+        """Prefix hits, and under penelope the hole's length and the suffix hits: the run of
+        cached blocks ending at the last cached usable block, behind the prefix's first miss."""
+        hashes = full_block_hashes(req.tokens, self.b, req.adapter, req.salt,
+                                   count=self._usable(req))
+        found = [self.cached[h][0] if self.cached.get(h) else None for h in hashes]
+        prefix: list[int] = []
+        for block in found:
+            if block is None:
+                break
+            prefix.append(block)
+        rest = found[len(prefix):] if self.config.eviction == "penelope" else []
+        while rest and rest[-1] is None:  # after the last cached block: computed as usual
+            rest.pop()
+        suffix: list[int] = []
+        while rest and rest[-1] is not None:
+            suffix.insert(0, rest.pop())
+        return prefix, len(rest), suffix
+
+    def _hold(self, block: int, rid: int) -> None:
+        """``rid`` takes a reference on a block with content (a hit, a fork)."""
+        if self.ref_cnt[block] == 0:
+            self.free_queue.remove(block)
+        self.ref_cnt[block] += 1
+        self.group[block] = None
+        if self.owner[block] != rid:
+            self.shared[block] = True
+
+    def _drop_hash(self, block: int) -> None:
         h = self.block_hash[block]
-        if h is not None:  # evict: the cached content is about to be overwritten
-            self.cached[h].remove(block)
-            if not self.cached[h]:
-                del self.cached[h]
-            self.block_hash[block] = None
+        self.cached[h].remove(block)
+        if not self.cached[h]:
+            del self.cached[h]
+        self.block_hash[block] = None
+
+    def _take_free_block(self, rid: int) -> int:
+        block = self.free_queue.pop(0)
+        if self.block_hash[block] is not None:  # evict: the content is about to be overwritten
+            self._drop_hash(block)
+            if self.group[block] is not None:  # session: the rest of its release goes too
+                rest = [p for p in self.free_queue
+                        if self.group[p] == self.group[block] and self.block_hash[p] is not None]
+                for p in rest:
+                    self._drop_hash(p)
+                    self.free_queue.remove(p)
+                    self.group[p] = None
+                self.free_queue[:0] = rest
+        self.ref_cnt[block] = 1
+        self.owner[block], self.shared[block], self.group[block] = rid, False, None
         return block
 
-    def _release(self, blocks: Sequence[int]) -> None:
+    def _release(self, blocks: Sequence[int], whole_request: bool) -> None:
+        """``blocks`` in table order; ``whole_request``: a finish or preempt (not a trim)."""
+        freed = []
         for block in reversed(blocks):  # tail first
             if block == NULL_BLOCK:
                 continue
             self.ref_cnt[block] -= 1
             if self.ref_cnt[block] == 0:
-                if self.block_hash[block] is None:
-                    self.free_queue.insert(0, block)
-                else:
-                    self.free_queue.append(block)
+                freed.append(block)
+        for block in freed:
+            if self.block_hash[block] is None:
+                self.free_queue.insert(0, block)
+        cached = [p for p in freed if self.block_hash[p] is not None]  # tail first
+        if whole_request and self.config.eviction == "penelope":
+            cached = ([p for p in reversed(cached) if not self.shared[p]]
+                      + [p for p in cached if self.shared[p]])
+        self.free_queue.extend(cached)
+        if whole_request:
+            self.releases += 1
+        for block in freed:
+            grouped = (whole_request and self.config.eviction == "session"
+                       and block in cached and not self.shared[block])
+            self.group[block] = self.releases if grouped else None
 
     # ---------------------------------------------------------------- operations
 
@@ -76,43 +131,47 @@ class ReferenceManager:
             return None
         req = _Request(list(tokens), adapter, salt)
         self.requests[rid] = req
-        return len(self._lookup(req)) * self.b
+        prefix, _, suffix = self._lookup(req)
+        return (len(prefix) + len(suffix)) * self.b
 
     def allocate(self, rid: int, num_tokens: int) -> Optional[Allocation]:
         req = self.requests.get(rid)
         if req is None:
             return None
-        hits = self._lookup(req) if not req.table else []
-        computed = len(hits) * self.b if not req.table else req.computed
+        admitting = not req.table
+        if admitting:
+            prefix, hole, suffix = self._lookup(req)
+            hits, table = prefix + suffix, prefix + [NEW] * hole + suffix
+            computed = len(prefix) * self.b
+            refill = ((len(prefix) + hole) * self.b, len(table) * self.b) if hole else None
+        else:
+            hits, table, computed, refill = [], req.table, req.computed, req.refill
         start = computed + req.pending
-        scheduled = max(0, min(num_tokens, len(req.tokens) - start))
-        table = req.table if req.table else list(hits)
+        limit = len(req.tokens) if refill is None else refill[0]  # a refill stops at the hole end
+        scheduled = max(0, min(num_tokens, limit - start))
         needed_blocks = -(-(start + scheduled) // self.b)
-        new_blocks = max(0, needed_blocks - len(table))
+        new_blocks = table.count(NEW) + max(0, needed_blocks - len(table))
         write_block = start // self.b  # only a block already in the table can be shared
-        cow = (scheduled > 0 and write_block < len(table) and table[write_block] != NULL_BLOCK
-               and self.ref_cnt[table[write_block]] > 1)
+        cow = (not admitting and scheduled > 0 and write_block < len(table)
+               and table[write_block] != NULL_BLOCK and self.ref_cnt[table[write_block]] > 1)
         hits_in_queue = sum(1 for p in hits if self.ref_cnt[p] == 0)
         if new_blocks + int(cow) > len(self.free_queue) - hits_in_queue:
             return None
         for p in hits:  # pin hits before allocating anything
-            if self.ref_cnt[p] == 0:
-                self.free_queue.remove(p)
-            self.ref_cnt[p] += 1
-        req.table = table
-        req.computed = computed
+            self._hold(p, rid)
+        req.table, req.computed, req.refill = table, computed, refill
         copies = []
         if cow:
             old = table[write_block]
-            new = self._take_free_block()
-            self.ref_cnt[new] = 1
+            new = self._take_free_block(rid)
             self.ref_cnt[old] -= 1
             table[write_block] = new
             copies.append((old, new))
-        for _ in range(new_blocks):
-            block = self._take_free_block()
-            self.ref_cnt[block] = 1
-            table.append(block)
+        for i, p in enumerate(table):  # the hole, front first
+            if p is NEW:
+                table[i] = self._take_free_block(rid)
+        for _ in range(needed_blocks - len(table)):
+            table.append(self._take_free_block(rid))
         req.pending += scheduled
         return Allocation(computed=start, scheduled=scheduled, copies=tuple(copies))
 
@@ -122,6 +181,8 @@ class ReferenceManager:
             return None
         req.computed += req.pending
         req.pending = 0
+        if req.refill is not None and req.computed >= req.refill[0]:  # the hole is complete
+            req.computed, req.refill = req.refill[1], None
         return req.computed
 
     def publish(self, rid: int) -> Optional[int]:
@@ -151,11 +212,11 @@ class ReferenceManager:
         req = self.requests.get(src)
         if req is None:
             return None
-        if req.pending or dst in self.requests:
+        if req.pending or req.refill is not None or dst in self.requests:
             return False
         for block in req.table:
             if block != NULL_BLOCK:
-                self.ref_cnt[block] += 1
+                self._hold(block, dst)
         self.requests[dst] = _Request(list(req.tokens), req.adapter, req.salt, list(req.table),
                                       req.computed, 0)
         return True
@@ -164,8 +225,8 @@ class ReferenceManager:
         req = self.requests.get(rid)
         if req is None:
             return None
-        self._release(req.table)
-        req.table, req.computed, req.pending = [], 0, 0
+        self._release(req.table, whole_request=True)
+        req.table, req.computed, req.pending, req.refill = [], 0, 0, None
         return True
 
     def trim(self, rid: int) -> Optional[int]:
@@ -178,7 +239,7 @@ class ReferenceManager:
         first_needed = req.computed - window + 1
         out_of_window = [i for i in range(len(req.table))
                          if (i + 1) * self.b <= first_needed and req.table[i] != NULL_BLOCK]
-        self._release([req.table[i] for i in out_of_window])
+        self._release([req.table[i] for i in out_of_window], whole_request=False)
         for i in out_of_window:
             req.table[i] = NULL_BLOCK
         return len(out_of_window)
@@ -187,7 +248,7 @@ class ReferenceManager:
         req = self.requests.pop(rid, None)
         if req is None:
             return None
-        self._release(req.table)
+        self._release(req.table, whole_request=True)
         return True
 
     def reset_prefix_cache(self) -> bool:
@@ -212,5 +273,6 @@ class ReferenceManager:
             "free_queue": list(self.free_queue),
             "cached": {h: list(bs) for h, bs in self.cached.items()},
             "tables": {rid: list(r.table) for rid, r in self.requests.items()},
-            "tokens_in_table": {rid: r.computed + r.pending for rid, r in self.requests.items()},
+            "tokens_in_table": {rid: r.computed + r.pending if r.refill is None else r.refill[1]
+                                for rid, r in self.requests.items()},
         }
