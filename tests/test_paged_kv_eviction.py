@@ -161,14 +161,21 @@ def test_reference_and_optimized_agree_on_the_eviction_programs() -> None:
         assert run_program(OptimizedManager, case) == expected
 
 
-@pytest.mark.parametrize("manager", MANAGERS)
-def test_a_partly_filled_hole_continues_and_fork_waits_for_the_refill(manager: Any) -> None:
+def _returned_with_a_hole(manager: Any) -> Any:
+    """Request 0's history is evicted from the front by request 1; request 2 returns with it
+    plus two new tokens: hole 0..3, suffix 4..7."""
     m = manager(Config(8, B, eviction="penelope"))
     serve(m, 0, HISTORY)
     m.finish(0)
     serve(m, 1, [0] * 10)
     m.finish(1)
     m.add_request(2, HISTORY + [10, 11])
+    return m
+
+
+@pytest.mark.parametrize("manager", MANAGERS)
+def test_a_partly_filled_hole_continues_and_fork_waits_for_the_refill(manager: Any) -> None:
+    m = _returned_with_a_hole(manager)
     assert m.allocate(2, 1) == Allocation(0, 1)
     assert m.allocate(2, 10) == Allocation(1, 3)  # never past the hole
     assert m.allocate(2, 10) == Allocation(4, 0)
@@ -181,12 +188,7 @@ def test_a_partly_filled_hole_continues_and_fork_waits_for_the_refill(manager: A
 
 @pytest.mark.parametrize("manager", MANAGERS)
 def test_fork_is_refused_while_a_refill_is_open(manager: Any) -> None:
-    m = manager(Config(8, B, eviction="penelope"))
-    serve(m, 0, HISTORY)
-    m.finish(0)
-    serve(m, 1, [0] * 10)
-    m.finish(1)
-    m.add_request(2, HISTORY + [10, 11])
+    m = _returned_with_a_hole(manager)
     m.allocate(2, 2)
     m.commit(2)  # computed 2 of the hole 0..3
     assert m.fork(2, 5) is False
