@@ -28,6 +28,7 @@ BUILTIN_TARGETS: dict[str, str] = {
     "quant": "targets.quant:target",
     "paged_kv": "targets.paged_kv:target",
     "scheduling": "targets.scheduling:target",
+    "ann": "targets.ann:target",
 }
 
 _sources: dict[str, TargetSource] = {}

@@ -36,6 +36,12 @@ for bench in benchmarks/kernel_*.py; do
 done
 echo "== benchmarks/kernel_paged_kv.py --dtype fp64 (mode=$mode)"
 "$PY" benchmarks/kernel_paged_kv.py --dtype fp64
+# ann: the OctEx query-path kernels (candidate distances, expansion) at benchmark shapes against
+# float64 / the NumPy hooks, then the Triton search's queries/s vs the NumPy search's.
+echo "== benchmarks/ann_kernels.py (mode=$mode)"
+"$PY" benchmarks/ann_kernels.py
+echo "== benchmarks/ann_kernels.py --storage turbo8 --metric ip (mode=$mode)"
+"$PY" benchmarks/ann_kernels.py --storage turbo8 --metric ip
 echo "== benchmarks/kvguard_overhead.py (mode=$mode)"
 "$PY" benchmarks/kvguard_overhead.py --programs 200 --rounds 3 --kernels off
 echo "gpu_check: done (mode=$mode)"

@@ -1,0 +1,116 @@
+"""Target ``ann``: OctEx approximate nearest-neighbour search, against exact float64 brute force.
+
+The model (read literally by :mod:`.reference`; its arithmetic in :mod:`.model`)
+---------------------------------------------------------------------------------
+Stored vectors ``X`` float32 (n, D), ids = row numbers; queries ``Q`` float32.  Metric ``l2``
+(squared L2) or ``ip`` (``-<x, q>``); smaller is better, ties by id.
+
+* **Tables.** ``L`` tables; table ``l`` projects to ``m`` dims with ``A_l`` (entries
+  N(0,1)/sqrt(m)) and offsets ``u_l`` in [0,1)^m drawn from ``default_rng([seed, l])``: the first
+  L tables of a bigger L are the same tables.
+* **Cells.** ``c = floor(A_l x / w + u_l)``; centre ``(c + 0.5 - u_l) w``.  A cell keeps the ``C``
+  members nearest its centre (projected squared distance, ties by id).  ``w = null``: one cell per
+  table, ranked by ``||A_l x||^2``.
+* **Probing.** The query's own cell plus the ``P - 1`` adjacent cells (one coordinate +-1) with the
+  smallest face distance (``f = y/w + u - c``; down costs ``f_j``, up ``1 - f_j``; ties by
+  (j, down first)).
+* **Graph.** The exact kNN graph: per id the ``R`` nearest other ids, -1 padded.
+* **Search.** visited = candidates (the union of the probed cells' lists); frontier = the ``E``
+  best; ``T`` rounds: the frontier's unvisited graph neighbours become visited and the next
+  frontier is their ``E`` best.  Result: the ``k`` best of everything visited.
+* **turbo8 / turbo16.** Vectors stored with the ``quant`` target's codec (rotation seed = seed,
+  Lloyd--Max codebook); the search ranks by the asymmetric estimate (``-s`` or
+  ``||q||^2 + ||v||^2 - 2 s``, ``s = scale <R q, c>``); ``rerank`` re-ranks the ``max(k, E)`` best
+  visited by the exact distance.
+* **Inserts.** ``inserted`` vectors are added after the build (ids continue from n); the index
+  must then be what a build over all of them would be.
+
+Inputs::
+
+    vectors   float32 (n, D)      stored at build time (rows reducible)
+    inserted  float32 (n2, D)     optional, inserted after the build
+    queries   float32 (q, D)      (rows reducible)
+    L m C R E T P k               ints (L, m, C, R, E, P, k >= 1; T >= 0; P <= 2m + 1)
+    w                             float > 0 or null
+    seed                          int in [0, 2**63)
+    metric "l2" | "ip";  storage "float32" | "turbo8" | "turbo16";  rerank bool
+
+Outputs: ``ids`` int64 (q, k) and ``distances`` (q, k) (-1 / +inf padded), ``visited_count``
+(q,), the index (``cell_table``, ``cell_coords``, ``cell_offsets``, ``cell_members``, ``graph``)
+and, with turbo storage, ``codes`` and ``scales``.  The reference adds ``"aux"`` for the oracle.
+
+Implementations: ``numpy`` (:mod:`.index`: vectorized build, float32 search) and ``triton``
+(:mod:`.triton_impl`: the same build, the two query-time steps as Triton kernels).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from fuzzkit import triton_support
+from fuzzkit.target import Implementation, Target
+from targets.ann import checks, index, reference
+
+
+def _numpy_run(inputs):  # type: ignore[no-untyped-def]
+    return index.run(inputs)
+
+
+def _triton_module() -> Any:
+    from targets.ann import triton_impl
+
+    return triton_impl
+
+
+def _triton_run(inputs):  # type: ignore[no-untyped-def]
+    return _triton_module().run(inputs)
+
+
+def _triton_unavailable() -> Optional[str]:
+    """Choose the interpreter mode before triton is imported (see ``targets.quant``), then say
+    why the Triton implementation cannot run here, if it cannot."""
+    triton_support.prepare()
+    reason = triton_support.unavailable()
+    if reason is not None:
+        return reason
+    try:
+        _triton_module()
+    except ImportError as exc:
+        return f"targets.ann.triton_impl cannot be imported ({exc})"
+    return None
+
+
+def _strategy():  # type: ignore[no-untyped-def]
+    from targets.ann import strategies
+
+    return strategies.inputs()
+
+
+def target() -> Target:
+    """The ``ann`` target (the registry's entry point ``targets.ann:target``)."""
+    from targets.ann.mutants import DEVICE_MUTANTS, MUTANTS
+    from targets.ann.properties import PROPERTIES
+
+    return Target(
+        name="ann",
+        description="OctEx approximate nearest-neighbour search (projections, capped cells, "
+                    "kNN-graph beam expansion; float32 / turbo8 / turbo16 storage)",
+        strategy=_strategy,
+        reference=reference.run,
+        implementations={
+            "numpy": Implementation(
+                "numpy", _numpy_run, backend="numpy",
+                description="vectorized NumPy build, float32 search",
+            ),
+            "triton": Implementation(
+                "triton", _triton_run, backend="triton",
+                description="NumPy build + Triton kernels for candidate distances and expansion",
+                unavailable=_triton_unavailable,
+            ),
+        },
+        oracle=checks.oracle,
+        properties=PROPERTIES,
+        mutants=[*MUTANTS, *DEVICE_MUTANTS],
+        reducible=("vectors", "queries", "inserted"),
+        validate=checks.validate,
+    )

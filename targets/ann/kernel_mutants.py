@@ -1,0 +1,101 @@
+"""Buggy variants of the ``ann`` Triton kernels, each a context manager that swaps one in.
+
+Every mutant is the *correct* kernel source of :mod:`targets.ann.kernels` with one line
+replaced (shown in each docstring), compiled as a real Triton kernel -- natively on a GPU, under
+``TRITON_INTERPRET=1`` without one -- and installed as ``kernels.dist_kernel`` or
+``kernels.exp_kernel``, which the launchers look up at call time (the mechanism of
+:mod:`fuzzkit.kernel_mutation`: an anchor line that no longer occurs exactly once raises
+``RuntimeError`` instead of silently testing the clean kernel).
+
+They act on the ``triton`` implementation of the ``ann`` target; ``targets.ann.mutants`` lists
+them from :data:`KERNEL_MUTANTS`.  ``tests/test_ann_kernels.py`` shows each one failing the
+kernel-level float64 comparison.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Callable, ContextManager, Iterator
+
+from fuzzkit.kernel_mutation import swapped
+
+
+def _swap(name: str, attribute: str, *replacements: tuple[str, str]) -> ContextManager[None]:
+    from targets.ann import kernels
+
+    return swapped(kernels, attribute, name, *replacements)
+
+
+@contextlib.contextmanager
+def partial_tile_mask() -> Iterator[None]:
+    """The ``D`` mask of the distance kernel is off by one: ``offs_d <= D``.
+
+    Bug class: the K-tail mask of a tiled reduction (the Triton matmul tutorial's
+    ``offs_k < K - k * BLOCK_K``) written with ``<=``.  Only the last *partial* ``D`` tile has
+    a lane at ``offs_d == D``; it reads element ``D`` of the row -- the first coordinate of the
+    next stored vector and of the next query (or the zero guard tail after the last row) -- and
+    adds a spurious term to the distance.  Invisible when ``BLOCK_D`` divides ``D``.
+
+    ``mask_d = offs_d <= D``
+    """
+    with _swap("partial-tile-mask", "dist_kernel",
+               ("        mask_d = offs_d < D\n", "        mask_d = offs_d <= D\n")):
+        yield
+
+
+@contextlib.contextmanager
+def dedup_race() -> Iterator[None]:
+    """The within-round dedup is dropped: every lane that finds the id unvisited claims it.
+
+    Bug class: a check-then-set on the visited set without an atomic (or without the
+    in-tile dedup that replaces it here): all lanes holding one id read ``visited == 0`` before
+    any of them writes 1, so an id reached from two frontier nodes in one round is emitted
+    twice (GPU graph-search visited tables -- CAGRA/GGNN-style hash sets -- use atomicCAS for
+    exactly this reason).  Shows as soon as two frontier nodes share an unvisited neighbour,
+    which kNN graphs make common; ids are then returned twice.
+
+    ``owner = live  # no within-round dedup``
+    """
+    with _swap("dedup-race", "exp_kernel",
+               ("    owner = live & (dup == 0)\n", "    owner = live  # no within-round dedup\n")):
+        yield
+
+
+@contextlib.contextmanager
+def turbo_scale_dropped() -> Iterator[None]:
+    """turbo storage: the per-vector scale is not applied to the asymmetric score.
+
+    Bug class: a quantized-distance kernel that gathers the codes and centroids but forgets
+    the stored per-vector rescaling factor (``scale_j <Rq, c_j>`` computed as ``<Rq, c_j>``),
+    as if every stored vector had the norm of its decoded codes -- the RaBitQ/TurboQuant-style
+    norm correction (quant's ``scale-not-stored`` class) lost on the device path only.
+    Float32 storage is unaffected.
+
+    ``scale = tl.load(...) * 0.0 + 1.0``
+    """
+    old = "        scale = tl.load(scale_ptr + ids, mask=valid, other=0.0)\n"
+    with _swap("turbo-scale-dropped", "dist_kernel",
+               (old, old[:-1] + " * 0.0 + 1.0\n")):
+        yield
+
+
+#: name -> (context manager, one-line bug class, citation).
+KERNEL_MUTANTS: dict[str, tuple[Callable[[], ContextManager[None]], str, str]] = {
+    "partial-tile-mask": (
+        partial_tile_mask,
+        "Triton mask error on the last partial D tile of the distance kernel (<= for <)",
+        "K-tail masking of Triton tiled reductions (tutorial 03-matrix-multiplication, "
+        "offs_k < K - k*BLOCK_K); issue 8's 'Triton mask error on the last partial tile'"),
+    "dedup-race": (
+        dedup_race,
+        "expansion emits an id once per lane that reached it: no within-round dedup",
+        "check-then-set race on a GPU visited set (CAGRA / GGNN visited hash tables use "
+        "atomicCAS); issue 8's 'visited set not updated' class on the device path"),
+    "turbo-scale-dropped": (
+        turbo_scale_dropped,
+        "turbo distance kernel drops the per-vector scale of the asymmetric score",
+        "RaBitQ / TurboQuant per-vector norm correction; Qdrant turbo scoring "
+        "(scale_j <Rq, c_j>), quant target's scale-not-stored class"),
+}
+
+__all__ = ["KERNEL_MUTANTS"] + [cm.__name__ for cm, _, _ in KERNEL_MUTANTS.values()]
