@@ -69,17 +69,22 @@ def knn_float32(x: np.ndarray, r: int, metric: str) -> np.ndarray:
     return graph
 
 
-def exact_topk(x: np.ndarray, q: np.ndarray, k: int) -> np.ndarray:
-    """Ground truth: float64 squared-L2 top-k."""
-    x64, q64 = x.astype(np.float64), q.astype(np.float64)
-    norms = np.sum(x64 * x64, axis=1)
+def blocked_topk(x: np.ndarray, q: np.ndarray, k: int) -> np.ndarray:
+    """Squared-L2 top-k ids by ``||x||² − 2 q·x`` in blocks of queries, in the arrays' dtype:
+    float64 for the ground truth, float32 for the brute-force baseline's speed."""
+    norms = np.sum(x * x, axis=1)
     out = np.empty((q.shape[0], k), dtype=np.int64)
     for start in range(0, q.shape[0], QUERY_BLOCK):
-        d = norms[None, :] - 2.0 * (q64[start:start + QUERY_BLOCK] @ x64.T)
+        d = norms[None, :] - 2.0 * (q[start:start + QUERY_BLOCK] @ x.T)
         part = np.argpartition(d, k, axis=1)[:, :k]
         order = np.argsort(np.take_along_axis(d, part, axis=1), axis=1)
         out[start:start + QUERY_BLOCK] = np.take_along_axis(part, order, axis=1)
     return out
+
+
+def exact_topk(x: np.ndarray, q: np.ndarray, k: int) -> np.ndarray:
+    """Ground truth: float64 squared-L2 top-k."""
+    return blocked_topk(x.astype(np.float64), q.astype(np.float64), k)
 
 
 def recall(found: np.ndarray, truth: np.ndarray) -> float:
@@ -94,14 +99,7 @@ def timed(fn: Callable[[], Any]) -> tuple[Any, float]:
 
 
 def brute_force(x: np.ndarray, q: np.ndarray) -> np.ndarray:
-    norms = np.sum(x * x, axis=1)
-    out = np.empty((q.shape[0], K), dtype=np.int64)
-    for start in range(0, q.shape[0], QUERY_BLOCK):
-        d = norms[None, :] - 2.0 * (q[start:start + QUERY_BLOCK] @ x.T)
-        part = np.argpartition(d, K, axis=1)[:, :K]
-        order = np.argsort(np.take_along_axis(d, part, axis=1), axis=1)
-        out[start:start + QUERY_BLOCK] = np.take_along_axis(part, order, axis=1)
-    return out
+    return blocked_topk(x, q, K)
 
 
 def octex_search(idx: index.Index, q: np.ndarray, P: int, E: int, T: int) -> np.ndarray:

@@ -11,8 +11,9 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Union
+from typing import Any, Callable, Optional, Union
 
+from fuzzkit.failure import Failure
 from fuzzkit.registry import as_implementation, get_target
 from fuzzkit.runner import check_case
 from fuzzkit.target import Implementation, Inputs, Target
@@ -31,3 +32,37 @@ def assert_agrees(target: Union[Target, str], impl: Union[Implementation, Callab
     failure = check_case(target, implementation, inputs, properties=properties).failure
     if failure is not None:
         raise AssertionError(f"{failure.signature}: {failure.message}")
+
+
+class _Found(Exception):
+    """Stops the Hypothesis loop at the first failure (no shrinking wanted)."""
+
+
+def first_failure(target: Target, impl: Implementation, max_examples: int, *,
+                  seed: Optional[int] = None, properties: bool = True) -> Optional[Failure]:
+    """Fuzz ``impl`` with the target's strategy until the oracle (or, with ``properties``, a
+    property) fails; that failure, or None after ``max_examples`` clean cases.  Deterministic:
+    Hypothesis is derandomized, or seeded with ``seed``; generation only, no shrinking and no
+    example database, so a test that proves "this mutant is caught" cannot pass by replaying an
+    old find."""
+    from hypothesis import HealthCheck, Phase, given, settings
+    from hypothesis import seed as hypothesis_seed
+
+    found: list[Failure] = []
+
+    @settings(max_examples=max_examples, derandomize=seed is None, phases=[Phase.generate],
+              deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @given(target.strategy())
+    def search(inputs: Inputs) -> None:
+        failure = check_case(target, impl, inputs, properties=properties, confirm=False).failure
+        if failure is not None:
+            found.append(failure)
+            raise _Found
+
+    if seed is not None:
+        search = hypothesis_seed(seed)(search)
+    try:
+        search()
+    except _Found:
+        pass
+    return found[0] if found else None

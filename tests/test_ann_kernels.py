@@ -18,6 +18,7 @@ import pytest
 
 import oracles
 from fuzzkit import triton_support
+from fuzzkit.testing import first_failure
 
 pytestmark = pytest.mark.kernel
 
@@ -490,40 +491,8 @@ def ann() -> Any:
     return target
 
 
-class _Found(Exception):
-    pass
-
-
-def _first_failure(target: Any, impl: Any, max_examples: int, seed: int = 0,
-                   properties: bool = False) -> Any:
-    """The first oracle (and, with ``properties``, property) failure over generated cases
-    (fixed seed, no shrinking), or None."""
-    from hypothesis import HealthCheck, Phase, given, settings
-    from hypothesis import seed as hypothesis_seed
-
-    from fuzzkit.runner import check_case
-
-    found: list[Any] = []
-
-    @hypothesis_seed(seed)
-    @settings(max_examples=max_examples, phases=[Phase.generate], deadline=None,
-              database=None, suppress_health_check=list(HealthCheck))
-    @given(target.strategy())
-    def search(inputs: dict[str, Any]) -> None:
-        failure = check_case(target, impl, inputs, properties=properties, confirm=False).failure
-        if failure is not None:
-            found.append(failure)
-            raise _Found
-
-    try:
-        search()
-    except _Found:
-        pass
-    return found[0] if found else None
-
-
 def test_triton_passes_the_oracle_on_generated_cases(ann: Any) -> None:
-    failure = _first_failure(ann, ann.implementation("triton"), max_examples=12, properties=True)
+    failure = first_failure(ann, ann.implementation("triton"), max_examples=12, seed=0)
     assert failure is None, f"{failure.signature}: {failure.message}"
 
 
@@ -534,5 +503,6 @@ def test_kernel_mutant_is_caught_through_the_target(ann: Any, name: str) -> None
     mutant = next(m for m in ann.mutants if m.name.endswith(name))
     assert mutant.implementation == "triton"
     with mutant.applied():
-        failure = _first_failure(ann, ann.implementation("triton"), max_examples=120, seed=1)
+        failure = first_failure(ann, ann.implementation("triton"), max_examples=120, seed=1,
+                                properties=False)
     assert failure is not None, f"{mutant.name} escaped 120 generated cases"

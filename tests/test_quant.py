@@ -5,19 +5,19 @@ from __future__ import annotations
 
 import copy
 import math
-from typing import Any, Optional
+from typing import Any
 from unittest import mock
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import oracles
 from fuzzkit import registry
-from fuzzkit.failure import Failure
 from fuzzkit.runner import check_case
-from fuzzkit.target import Implementation, Target
+from fuzzkit.target import Target
+from fuzzkit.testing import first_failure
 from targets.quant import numpy_impl, reference
 from targets.quant import target as make_target
 
@@ -27,30 +27,6 @@ SETTINGS = dict(deadline=None, database=None, suppress_health_check=[HealthCheck
 @pytest.fixture(scope="module")
 def quant() -> Target:
     return make_target()
-
-
-class _Found(Exception):
-    pass
-
-
-def first_failure(target: Target, impl: Implementation, max_examples: int) -> Optional[Failure]:
-    """Fuzz ``impl`` with the target's strategy (fixed seed, no shrinking) until oracle or a
-    property fails; return that failure, or None after ``max_examples`` clean cases."""
-    found: list[Failure] = []
-
-    @settings(max_examples=max_examples, derandomize=True, phases=[Phase.generate], **SETTINGS)
-    @given(target.strategy())
-    def search(inputs: dict[str, Any]) -> None:
-        failure = check_case(target, impl, inputs, confirm=False).failure
-        if failure is not None:
-            found.append(failure)
-            raise _Found
-
-    try:
-        search()
-    except _Found:
-        pass
-    return found[0] if found else None
 
 
 def case(bits: int = 8, book: str = "lloyd_max", dim: int = 16, n: int = 5, m: int = 2,
