@@ -42,6 +42,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 import oracles  # noqa: E402
+from targets.ann import bounds  # noqa: E402
 from targets.ann import index as ann_index  # noqa: E402
 from targets.ann import triton_impl  # noqa: E402
 from targets.ann import model  # noqa: E402
@@ -82,33 +83,13 @@ def torch_graph(x: np.ndarray, r: int, metric: str, chunk: int = 4096) -> np.nda
 def reference_distances(index: ann_index.Index, queries: np.ndarray, ids: np.ndarray
                         ) -> tuple[np.ndarray, np.ndarray, int]:
     """float64 hook distances, error magnitude and reduction length (as the kernel tests)."""
-    safe = np.maximum(ids, 0)
-    dim = queries.shape[1]
-    metric = index.params.metric
     store = index.quant
     if store is None:
-        x = index.base.astype(np.float64)[safe]
-        q = queries.astype(np.float64)[:, None, :]
-        if metric == "l2":
-            dist = ((x - q) ** 2).sum(-1)
-            mag, length = dist, dim + 2
-        else:
-            dist = -(x * q).sum(-1)
-            mag, length = np.abs(x * q).sum(-1), dim
-    else:
-        rq = ann_index.rotated_queries(index, queries).astype(np.float64)[:, None, :]
-        decoded = store.centroids.astype(np.float64)[store.codes[safe].astype(np.int64)]
-        scale = store.scales.astype(np.float64)[safe]
-        score = scale * (decoded * rq).sum(-1)
-        abs_score = np.abs(scale) * np.abs(decoded * rq).sum(-1)
-        if metric == "ip":
-            dist, mag, length = -score, abs_score, dim + 1
-        else:
-            qn = model.squared_norm(queries.astype(np.float32), np.float32).astype(np.float64)
-            norm2 = store.norms.astype(np.float64)[safe] ** 2
-            dist = qn[:, None] + norm2 - 2 * score
-            mag, length = qn[:, None] + norm2 + 2 * abs_score, dim + 4
-    return np.where(ids >= 0, dist, np.inf), np.where(ids >= 0, mag, 0.0), length
+        return bounds.reference_distances(queries, index.base, ids, index.params.metric)
+    turbo = {"centroids": store.centroids, "scales": store.scales, "norms": store.norms,
+             "query_norms2": model.squared_norm(queries.astype(np.float32), np.float32)}
+    return bounds.reference_distances(ann_index.rotated_queries(index, queries), store.codes,
+                                      ids, index.params.metric, turbo)
 
 
 def check_kernels(index: ann_index.Index, queries: np.ndarray) -> list[str]:

@@ -28,40 +28,10 @@ if triton_support.unavailable():  # pragma: no cover - torch/triton are dev depe
 import torch  # noqa: E402
 
 from targets.ann import kernel_mutants, kernels  # noqa: E402
+from targets.ann.bounds import reference_distances  # noqa: E402
 
 
 # ============================================================================ float64 references
-
-
-def reference_distances(queries: np.ndarray, stored: np.ndarray, ids: np.ndarray, metric: str,
-                        turbo: Optional[dict[str, np.ndarray]] = None
-                        ) -> tuple[np.ndarray, np.ndarray, int]:
-    """Float64 hook distances, the error magnitude, and the reduction length for the oracle."""
-    safe = np.maximum(ids, 0)
-    q = queries.astype(np.float64)[:, None, :]
-    dim = queries.shape[1]
-    if turbo is None:
-        x = stored.astype(np.float64)[safe]
-        if metric == "l2":
-            dist = ((x - q) ** 2).sum(-1)
-            magnitude, length = dist, dim + 2
-        else:
-            dist = -(x * q).sum(-1)
-            magnitude, length = np.abs(x * q).sum(-1), dim
-    else:
-        decoded = turbo["centroids"].astype(np.float64)[stored.astype(np.int64)][safe]
-        scale = turbo["scales"].astype(np.float64)[safe]
-        score = scale * (decoded * q).sum(-1)
-        abs_score = np.abs(scale) * np.abs(decoded * q).sum(-1)
-        if metric == "ip":
-            dist, magnitude, length = -score, abs_score, dim + 1
-        else:
-            norm2 = turbo["norms"].astype(np.float64)[safe] ** 2
-            qn = turbo["query_norms2"].astype(np.float64)[:, None]
-            dist = qn + norm2 - 2.0 * score
-            magnitude, length = qn + norm2 + 2.0 * abs_score, dim + 4
-    dist = np.where(ids >= 0, dist, np.inf)
-    return dist, np.where(ids >= 0, magnitude, 0.0), length
 
 
 def reference_expand(frontier: np.ndarray, graph: np.ndarray, visited: np.ndarray

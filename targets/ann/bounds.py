@@ -21,7 +21,7 @@ Bounds (``u`` = unit roundoff, ``g_n = n u / (1 - n u)``, ``S`` = ``oracles.clos
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional
 
 import numpy as np
 
@@ -65,3 +65,38 @@ def estimate_slack(x: np.ndarray, q: np.ndarray, derived: Mapping[str, Any],
         return score_slack
     magnitude = q_norm[:, None] ** 2 + x_norm[None, :] ** 2 + 2.0 * np.abs(derived["scores"])
     return 2.0 * score_slack + _g(dim + 6) * magnitude
+
+
+def reference_distances(queries: np.ndarray, stored: np.ndarray, ids: np.ndarray, metric: str,
+                        turbo: Optional[Mapping[str, np.ndarray]] = None
+                        ) -> tuple[np.ndarray, np.ndarray, int]:
+    """What a query-time hook must return, in float64, for ``oracles.close``: the distances of
+    ``ids`` (-1 = padding, +inf), the magnitude the float32 error scales with, and the
+    reduction length.  ``stored`` is the float32 base, or with ``turbo`` (``centroids``,
+    ``scales``, ``norms``, ``query_norms2``) the codes, and then ``queries`` are the rotated
+    queries.  The kernel tests and the GPU benchmark's check both judge the kernels by it."""
+    safe = np.maximum(ids, 0)
+    q = queries.astype(np.float64)[:, None, :]
+    dim = queries.shape[1]
+    if turbo is None:
+        x = stored.astype(np.float64)[safe]
+        if metric == "l2":
+            dist = ((x - q) ** 2).sum(-1)
+            magnitude, length = dist, dim + 2
+        else:
+            dist = -(x * q).sum(-1)
+            magnitude, length = np.abs(x * q).sum(-1), dim
+    else:
+        decoded = turbo["centroids"].astype(np.float64)[stored[safe].astype(np.int64)]
+        scale = turbo["scales"].astype(np.float64)[safe]
+        score = scale * (decoded * q).sum(-1)
+        abs_score = np.abs(scale) * np.abs(decoded * q).sum(-1)
+        if metric == "ip":
+            dist, magnitude, length = -score, abs_score, dim + 1
+        else:
+            norm2 = turbo["norms"].astype(np.float64)[safe] ** 2
+            qn = turbo["query_norms2"].astype(np.float64)[:, None]
+            dist = qn + norm2 - 2.0 * score
+            magnitude, length = qn + norm2 + 2.0 * abs_score, dim + 4
+    dist = np.where(ids >= 0, dist, np.inf)
+    return dist, np.where(ids >= 0, magnitude, 0.0), length
