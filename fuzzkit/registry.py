@@ -29,6 +29,7 @@ BUILTIN_TARGETS: dict[str, str] = {
     "paged_kv": "targets.paged_kv:target",
     "scheduling": "targets.scheduling:target",
     "ann": "targets.ann:target",
+    "attention_index": "targets.attention_index:target",
 }
 
 _sources: dict[str, TargetSource] = {}

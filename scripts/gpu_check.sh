@@ -42,6 +42,11 @@ echo "== benchmarks/ann_kernels.py (mode=$mode)"
 "$PY" benchmarks/ann_kernels.py
 echo "== benchmarks/ann_kernels.py --storage turbo8 --metric ip (mode=$mode)"
 "$PY" benchmarks/ann_kernels.py --storage turbo8 --metric ip
+# attention_index: the lightning-indexer kernels (representative scoring, member scoring with the
+# in-kernel causal mask, top-k) at benchmark shapes against float64 / the NumPy hooks, with timings,
+# then a whole HiSA search through the Triton hooks vs the NumPy search.
+echo "== benchmarks/attention_index_kernels.py (mode=$mode)"
+"$PY" benchmarks/attention_index_kernels.py
 echo "== benchmarks/kvguard_overhead.py (mode=$mode)"
 "$PY" benchmarks/kvguard_overhead.py --programs 200 --rounds 3 --kernels off
 echo "gpu_check: done (mode=$mode)"

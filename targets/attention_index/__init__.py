@@ -1,0 +1,93 @@
+"""Target ``attention_index``: sparse-attention lightning indexers (dense, HiSA, AttentionIndex)
+against a float64 dense reference.
+
+The model (read literally by :mod:`.reference`; shared arithmetic in :mod:`.model`)
+-----------------------------------------------------------------------------------
+Indexer queries ``q`` float32 (T, H, d), head weights ``w`` (T, H), keys ``k`` (S, d); query t
+sits at ``pos(t) = S - T + t``.  Indexer score ``I(t, x) = sum_h w[t,h] ReLU(q[t,h].x) / sqrt(d)``
+over causal keys (``s <= pos(t)``); results are the ``topk`` best by (score desc, id asc), -1/-inf
+padded.
+
+* ``dense``: every causal key.
+* ``hisa``: blocks of ``block`` keys, representative = block mean; the ``top_m`` best eligible
+  blocks (first position <= pos(t)) are probed, their causal members scored exactly.
+* ``attention_index``: chunked k-means (the first ``chunk`` keys by seeded Lloyd, every later key
+  joins its nearest centroid which becomes the running mean); the ``top_g`` best eligible groups'
+  causal members plus ``sink`` / ``local`` positions are scored exactly.
+
+Outputs: ``ids`` int64 (T, topk), ``scores`` (T, topk), ``candidates`` (T,), and for
+attention_index ``assignment`` (S,), ``centroids`` (G, d), ``group_sizes`` (G,).
+
+Implementations: ``numpy`` (:mod:`.index`) and ``triton`` (:mod:`.triton_impl`: the same search
+with the three query-time hooks as Triton kernels).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from fuzzkit import triton_support
+from fuzzkit.target import Implementation, Target
+from targets.attention_index import checks, index, reference
+
+
+def _numpy_run(inputs):  # type: ignore[no-untyped-def]
+    return index.run(inputs)
+
+
+def _triton_module() -> Any:
+    from targets.attention_index import triton_impl
+
+    return triton_impl
+
+
+def _triton_run(inputs):  # type: ignore[no-untyped-def]
+    return _triton_module().run(inputs)
+
+
+def _triton_unavailable() -> Optional[str]:
+    triton_support.prepare()
+    reason = triton_support.unavailable()
+    if reason is not None:
+        return reason
+    try:
+        _triton_module()
+    except ImportError as exc:
+        return f"targets.attention_index.triton_impl cannot be imported ({exc})"
+    return None
+
+
+def _strategy():  # type: ignore[no-untyped-def]
+    from targets.attention_index import strategies
+
+    return strategies.inputs()
+
+
+def target() -> Target:
+    """The ``attention_index`` target (entry point ``targets.attention_index:target``)."""
+    from targets.attention_index.mutants import DEVICE_MUTANTS, MUTANTS
+    from targets.attention_index.properties import PROPERTIES
+
+    return Target(
+        name="attention_index",
+        description="sparse-attention lightning indexer: dense, HiSA blocks and AttentionIndex "
+                    "(chunked k-means groups, sink/local), float32 vs float64",
+        strategy=_strategy,
+        reference=reference.run,
+        implementations={
+            "numpy": Implementation(
+                "numpy", _numpy_run, backend="numpy",
+                description="vectorized NumPy indexer, float32 scores",
+            ),
+            "triton": Implementation(
+                "triton", _triton_run, backend="triton",
+                description="NumPy build + Triton kernels for scoring and top-k",
+                unavailable=_triton_unavailable,
+            ),
+        },
+        oracle=checks.oracle,
+        properties=PROPERTIES,
+        mutants=[*MUTANTS, *DEVICE_MUTANTS],
+        reducible=("k",),
+        validate=checks.validate,
+    )

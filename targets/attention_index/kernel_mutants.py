@@ -1,0 +1,104 @@
+"""Buggy variants of the ``attention_index`` Triton kernels, each a context manager that swaps
+one in.
+
+Every mutant is the *correct* kernel source of :mod:`targets.attention_index.kernels` with one
+line replaced (shown in each docstring), compiled as a real Triton kernel -- natively on a GPU,
+under ``TRITON_INTERPRET=1`` without one -- and installed as ``kernels.rep_kernel``,
+``kernels.member_kernel`` or ``kernels.select_kernel``, which the launchers look up at call time
+(:mod:`fuzzkit.kernel_mutation`: an anchor line that no longer occurs exactly once raises
+``RuntimeError`` instead of silently testing the clean kernel).
+
+They act on the ``triton`` implementation of the ``attention_index`` target;
+``targets.attention_index.mutants`` lists them from :data:`KERNEL_MUTANTS`.
+``tests/test_attention_index_kernels.py`` shows each one failing the kernel-level float64
+comparison.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Callable, ContextManager, Iterator
+
+from fuzzkit.kernel_mutation import swapped
+
+
+def _swap(name: str, attribute: str, *replacements: tuple[str, str]) -> ContextManager[None]:
+    from targets.attention_index import kernels
+
+    return swapped(kernels, attribute, name, *replacements)
+
+
+@contextlib.contextmanager
+def stale_member_list() -> Iterator[None]:
+    """The member gather ignores the per-row offset of the candidate list: every query row of
+    a tile reads row 0's member list (``cand_ptr + col``).
+
+    Bug class: a sparse-attention gather that indexes the candidate/ block table with the
+    column only -- a stale or shared member list, as when a per-query index buffer is reused
+    from the previous query (or the row stride is dropped).  The causal mask still uses the
+    row's own position, so future keys of row 0's list stay masked for earlier rows; the scores
+    are of the wrong keys.  Invisible only when every row's list equals row 0's (a single query,
+    or rows with identical lists); dense lists differ in length (causal padding), so even dense
+    search changes.
+
+    ``ids = tl.load(cand_ptr + col, mask=in_tile, other=-1)``
+    """
+    with _swap("stale-member-list", "member_kernel",
+               ("    ids = tl.load(cand_ptr + row * stride_c + col, mask=in_tile, other=-1)\n",
+                "    ids = tl.load(cand_ptr + col, mask=in_tile, other=-1)\n")):
+        yield
+
+
+@contextlib.contextmanager
+def topk_tie_break() -> Iterator[None]:
+    """Top-k breaks score ties by the *largest* id instead of the smallest.
+
+    Bug class: a selection kernel whose tie-break disagrees with the reference order
+    (``torch.topk`` / radix-select make no tie promise; a hand-written arg-max that keeps the
+    last index instead of the first).  Shows only on exact score ties -- all-zero scores from
+    ReLU, duplicated keys or representatives -- where the returned id set or order changes.
+
+    ``best_id = tl.max(tl.where(tie, ids, -1), axis=1)``
+    """
+    with _swap("topk-tie-break", "select_kernel",
+               ("        best_id = tl.min(tl.where(tie, ids, BIG_ID), axis=1)\n",
+                "        best_id = tl.max(tl.where(tie, ids, -1), axis=1)\n")):
+        yield
+
+
+@contextlib.contextmanager
+def partial_tile_mask() -> Iterator[None]:
+    """The ``d`` mask of the member scoring kernel is off by one: ``offs_d <= D``.
+
+    Bug class: the K-tail mask of a tiled reduction written with ``<=``.  Only the last
+    *partial* ``d`` tile has a lane at ``offs_d == D``; it reads the first coordinate of the
+    next head of the query and of the next key (or the zero guard tail) and adds a spurious
+    term to the dot product.  Invisible when ``BLOCK_D`` divides ``d``.
+
+    ``in_d = offs_d <= D``
+    """
+    with _swap("partial-tile-mask", "member_kernel",
+               ("            in_d = offs_d < D\n", "            in_d = offs_d <= D\n")):
+        yield
+
+
+#: name -> (context manager, one-line bug class, citation).
+KERNEL_MUTANTS: dict[str, tuple[Callable[[], ContextManager[None]], str, str]] = {
+    "stale-member-list": (
+        stale_member_list,
+        "Triton gather using a stale member list: every row gathers row 0's candidate ids",
+        "per-query sparse index gather (DeepSeek-V3.2 DSA / HiSA top-k index buffers, "
+        "paged block-table gathers); issue 9's 'Triton gather using a stale member list'"),
+    "topk-tie-break": (
+        topk_tie_break,
+        "top-k kernel breaks score ties by id desc instead of id asc",
+        "torch.topk / radix-select give no tie order; issue 9's tie-aware top-k comparison "
+        "(oracles/topk.py)"),
+    "partial-tile-mask": (
+        partial_tile_mask,
+        "Triton mask error on the last partial d tile of the member scoring kernel (<= for <)",
+        "K-tail masking of Triton tiled reductions (tutorial 03-matrix-multiplication, "
+        "offs_k < K - k*BLOCK_K); issue 8's 'Triton mask error on the last partial tile'"),
+}
+
+__all__ = ["KERNEL_MUTANTS"] + [cm.__name__ for cm, _, _ in KERNEL_MUTANTS.values()]

@@ -1,0 +1,100 @@
+"""Shared arithmetic of the lightning-indexer model (float64): scores, rounding bounds, k-means.
+
+Both the reference (:mod:`.reference`) and the NumPy index (:mod:`.index`) make the *discrete*
+decisions of the chunked k-means build with these float64 functions, so they agree exactly on
+``assignment``; only the query-time scores are float32 in the implementations.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping
+
+import numpy as np
+
+METHODS = ("dense", "hisa", "attention_index")
+U32 = 2.0 ** -24
+
+
+def params(inputs: Mapping[str, Any]) -> dict[str, Any]:
+    """The case's parameters with defaults filled in."""
+    s = int(np.asarray(inputs["k"]).shape[0])
+    return {
+        "method": inputs.get("method", "dense"),
+        "topk": int(inputs["topk"]),
+        "block": int(inputs.get("block", 4)),
+        "top_m": int(inputs.get("top_m", 1)),
+        "groups": int(inputs.get("groups", 1)),
+        "iters": int(inputs.get("iters", 2)),
+        "chunk": int(inputs.get("chunk", s)),
+        "top_g": int(inputs.get("top_g", 1)),
+        "sink": int(inputs.get("sink", 0)),
+        "local": int(inputs.get("local", 0)),
+        "seed": int(inputs.get("seed", 0)),
+    }
+
+
+def positions(t_count: int, s_count: int) -> np.ndarray:
+    """pos(t) = S - T + t."""
+    return np.arange(t_count, dtype=np.int64) + (s_count - t_count)
+
+
+def scores64(q: np.ndarray, w: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """float64 I(t, x_j) = sum_h w[t,h] ReLU(q[t,h].x_j) / sqrt(d): (T, N)."""
+    q64 = np.asarray(q, np.float64)
+    dots = np.einsum("thd,nd->thn", q64, np.asarray(x, np.float64))
+    return np.einsum("th,thn->tn", np.asarray(w, np.float64), np.maximum(dots, 0.0)) \
+        / math.sqrt(q64.shape[-1])
+
+
+def score_bound(q: np.ndarray, w: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """A bound on |float32 I - float64 I| for a float32 implementation fed ``x`` rounded to
+    float32 (x itself may be float64, e.g. centroids): the dot product's gamma_d error on
+    sum_i |q_i x_i| (ReLU is 1-Lipschitz, so a dot within rounding of 0 may go either way and
+    is still covered), the weight product, the H-term sum and the division: gamma_{d+H+4},
+    doubled for safety, plus an absolute term for underflow."""
+    d, h = q.shape[-1], q.shape[-2]
+    absdots = np.einsum("thd,nd->thn", np.abs(np.asarray(q, np.float64)),
+                        np.abs(np.asarray(x, np.float64)))
+    mag = np.einsum("th,thn->tn", np.abs(np.asarray(w, np.float64)), absdots) / math.sqrt(d)
+    n = d + h + 4
+    gamma = n * U32 / (1 - n * U32)
+    return 2.0 * gamma * mag + 1e-37 * (d + h)
+
+
+def sq_distances(x: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """float64 squared Euclidean distances (N, G) between rows of x and rows of c."""
+    diff = np.asarray(x, np.float64)[:, None, :] - np.asarray(c, np.float64)[None, :, :]
+    return np.einsum("ngd,ngd->ng", diff, diff)
+
+
+def nearest(x: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """Nearest centroid per row, ties to the lower group id."""
+    return np.argmin(sq_distances(x, c), axis=1).astype(np.int64)
+
+
+def init_ids(n0: int, g: int, seed: int) -> np.ndarray:
+    """The G distinct first-chunk positions chosen as initial centroids."""
+    return np.sort(np.random.default_rng(seed).choice(n0, size=g, replace=False)).astype(np.int64)
+
+
+def means(x: np.ndarray, assign: np.ndarray, old: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(sums (G,d) float64, counts (G,)) of each group's members, summed in position order."""
+    g = old.shape[0]
+    sums = np.zeros((g, x.shape[1]), np.float64)
+    for i, a in enumerate(assign.tolist()):
+        sums[a] += x[i]
+    counts = np.bincount(assign, minlength=g).astype(np.int64)
+    return sums, counts
+
+
+def centroids_of(sums: np.ndarray, counts: np.ndarray, old: np.ndarray) -> np.ndarray:
+    """Mean of members; an empty group keeps ``old``."""
+    out = np.array(old, np.float64, copy=True)
+    nz = counts > 0
+    out[nz] = sums[nz] / counts[nz, None]
+    return out
+
+
+def n_groups(p: Mapping[str, Any], s: int) -> int:
+    return max(1, min(p["groups"], min(p["chunk"], s)))
