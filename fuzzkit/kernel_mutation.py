@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import importlib
 import importlib.util
 import shutil
 import sys
 import tempfile
 from pathlib import Path
 from types import ModuleType
-from typing import Iterator
+from typing import Any, Iterator
 from unittest import mock
 
 _BUILT: dict[tuple[str, str], ModuleType] = {}
@@ -67,3 +68,17 @@ def swapped(module: ModuleType, attribute: str, name: str,
     variant = source_variant(module, name, tuple(replacements))
     with mock.patch.object(module, attribute, getattr(variant, attribute)):
         yield
+
+
+def device_mutants(module: str, implementation: str = "triton") -> list[Any]:
+    """The mutants of a target's Triton kernels, from ``module``'s ``KERNEL_MUTANTS``
+    (``{name: (patch, bug_class, citation)}``), as ``kernel-<name>`` on ``implementation``;
+    none while that module cannot be imported (no Triton here)."""
+    from fuzzkit.target import Mutant
+
+    try:
+        kernel_mutants = importlib.import_module(module)
+    except ImportError:
+        return []
+    return [Mutant(f"kernel-{name}", implementation, bug_class, citation, patch)
+            for name, (patch, bug_class, citation) in kernel_mutants.KERNEL_MUTANTS.items()]

@@ -6,8 +6,9 @@ run before any kernel module is imported.  Kernel modules call :func:`prepare` a
 
 from __future__ import annotations
 
+import importlib
 import os
-from typing import Optional
+from typing import Callable, Optional
 
 
 def gpu_available() -> bool:
@@ -42,3 +43,23 @@ def unavailable() -> Optional[str]:
     except ImportError as exc:
         return f"needs {exc.name}: pip install 'fuzzkit' with torch and triton installed"
     return None
+
+
+def unavailable_with(module: str) -> Callable[[], Optional[str]]:
+    """An ``Implementation.unavailable`` for a Triton implementation living in ``module``:
+    choose the interpreter mode *before* triton is imported (or kernels launched later in the
+    process would mix compiled and interpreted JIT functions), then say why Triton or the
+    module cannot be used here, if they cannot."""
+
+    def reason() -> Optional[str]:
+        prepare()
+        missing = unavailable()
+        if missing is not None:
+            return missing
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            return f"{module} cannot be imported ({exc})"
+        return None
+
+    return reason

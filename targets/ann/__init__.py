@@ -45,7 +45,6 @@ Implementations: ``numpy`` (:mod:`.index`: vectorized build, float32 search) and
 
 from __future__ import annotations
 
-from typing import Any, Optional
 
 from fuzzkit import triton_support
 from fuzzkit.target import Implementation, Target
@@ -56,28 +55,10 @@ def _numpy_run(inputs):  # type: ignore[no-untyped-def]
     return index.run(inputs)
 
 
-def _triton_module() -> Any:
+def _triton_run(inputs):  # type: ignore[no-untyped-def]
     from targets.ann import triton_impl
 
-    return triton_impl
-
-
-def _triton_run(inputs):  # type: ignore[no-untyped-def]
-    return _triton_module().run(inputs)
-
-
-def _triton_unavailable() -> Optional[str]:
-    """Choose the interpreter mode before triton is imported (see ``targets.quant``), then say
-    why the Triton implementation cannot run here, if it cannot."""
-    triton_support.prepare()
-    reason = triton_support.unavailable()
-    if reason is not None:
-        return reason
-    try:
-        _triton_module()
-    except ImportError as exc:
-        return f"targets.ann.triton_impl cannot be imported ({exc})"
-    return None
+    return triton_impl.run(inputs)
 
 
 def _strategy():  # type: ignore[no-untyped-def]
@@ -105,7 +86,7 @@ def target() -> Target:
             "triton": Implementation(
                 "triton", _triton_run, backend="triton",
                 description="NumPy build + Triton kernels for candidate distances and expansion",
-                unavailable=_triton_unavailable,
+                unavailable=triton_support.unavailable_with("targets.ann.triton_impl"),
             ),
         },
         oracle=checks.oracle,

@@ -13,6 +13,7 @@ from unittest import mock
 
 import numpy as np
 
+from fuzzkit.kernel_mutation import device_mutants
 from fuzzkit.target import Mutant
 from targets.ann import index, model
 from targets.ann.model import Params
@@ -165,15 +166,5 @@ MUTANTS: tuple[Mutant, ...] = (
 )
 
 
-def _device_mutants() -> list[Mutant]:
-    """The Triton kernels' mutants (:mod:`targets.ann.kernel_mutants`), on the ``triton``
-    implementation; none while that module is missing."""
-    try:
-        from targets.ann.kernel_mutants import KERNEL_MUTANTS
-    except ImportError:
-        return []
-    return [Mutant(f"kernel-{name}", "triton", bug_class, citation, patch)
-            for name, (patch, bug_class, citation) in KERNEL_MUTANTS.items()]
-
-
-DEVICE_MUTANTS: list[Mutant] = _device_mutants()
+#: The Triton kernels' mutants, on the ``triton`` implementation.
+DEVICE_MUTANTS: list[Mutant] = device_mutants("targets.ann.kernel_mutants")

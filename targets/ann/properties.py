@@ -24,6 +24,7 @@ from typing import Any, Callable, Mapping, Optional
 
 import numpy as np
 
+from fuzzkit import relations
 from fuzzkit.failure import Failure
 from fuzzkit.target import Property
 from oracles.topk import topk
@@ -321,17 +322,6 @@ def recall_claim(impl: Impl, inputs: Mapping[str, Any]) -> Optional[Failure]:
                    "mismatch:ann:recall-claim", failure.details)
 
 
-def deterministic(impl: Impl, inputs: Mapping[str, Any]) -> Optional[Failure]:
-    """The same case (so the same seed) twice gives identical outputs."""
-    a, b = impl(inputs), impl(inputs)
-    for key in sorted(set(a) | set(b)):
-        if key not in a or key not in b or not np.array_equal(np.asarray(a[key]),
-                                                              np.asarray(b[key])):
-            return Failure("nondeterministic", f"deterministic: two runs differ in {key}",
-                           "nondeterministic:ann:deterministic", {"output": key})
-    return None
-
-
 PROPERTIES = (
     Property("t-monotone", t_monotone, "T + 1 rounds: more visited, no rank worse, recall kept"),
     Property("l-prefix", l_prefix, "L + 1 tables: candidates nest (T = 0), recall kept"),
@@ -343,7 +333,7 @@ PROPERTIES = (
     Property("insert-equals-build", insert_equals_build, "insert after build == build over all"),
     Property("recall-claim", recall_claim,
              "mean recall@k >= RECALL_BOUND on seeded near-copy queries (Hoeffding, 99 %)"),
-    Property("deterministic", deterministic, "the same case twice: identical outputs"),
+    Property("deterministic", relations.deterministic, "the same case twice: identical outputs"),
 )
 
 __all__ = ["PROPERTIES"]

@@ -24,7 +24,6 @@ with the three query-time hooks as Triton kernels).
 
 from __future__ import annotations
 
-from typing import Any, Optional
 
 from fuzzkit import triton_support
 from fuzzkit.target import Implementation, Target
@@ -35,26 +34,10 @@ def _numpy_run(inputs):  # type: ignore[no-untyped-def]
     return index.run(inputs)
 
 
-def _triton_module() -> Any:
+def _triton_run(inputs):  # type: ignore[no-untyped-def]
     from targets.attention_index import triton_impl
 
-    return triton_impl
-
-
-def _triton_run(inputs):  # type: ignore[no-untyped-def]
-    return _triton_module().run(inputs)
-
-
-def _triton_unavailable() -> Optional[str]:
-    triton_support.prepare()
-    reason = triton_support.unavailable()
-    if reason is not None:
-        return reason
-    try:
-        _triton_module()
-    except ImportError as exc:
-        return f"targets.attention_index.triton_impl cannot be imported ({exc})"
-    return None
+    return triton_impl.run(inputs)
 
 
 def _strategy():  # type: ignore[no-untyped-def]
@@ -82,7 +65,7 @@ def target() -> Target:
             "triton": Implementation(
                 "triton", _triton_run, backend="triton",
                 description="NumPy build + Triton kernels for scoring and top-k",
-                unavailable=_triton_unavailable,
+                unavailable=triton_support.unavailable_with("targets.attention_index.triton_impl"),
             ),
         },
         oracle=checks.oracle,

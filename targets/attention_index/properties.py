@@ -24,6 +24,7 @@ from typing import Any, Callable, Mapping, Optional
 
 import numpy as np
 
+from fuzzkit import relations
 from fuzzkit.failure import Failure
 from fuzzkit.target import Property
 from oracles.recall import compare_recall, recall_at_k
@@ -125,16 +126,6 @@ def causal(impl: Impl, inputs: Mapping[str, Any]) -> Optional[Failure]:
     return None
 
 
-def deterministic(impl: Impl, inputs: Mapping[str, Any]) -> Optional[Failure]:
-    a, b = impl(inputs), impl(inputs)
-    for key in sorted(set(a) | set(b)):
-        if key not in a or key not in b or not np.array_equal(np.asarray(a[key]),
-                                                              np.asarray(b[key])):
-            return Failure("nondeterministic", f"deterministic: two runs differ in {key}",
-                           "nondeterministic:attention_index:deterministic", {"output": key})
-    return None
-
-
 def claim_queries(k: np.ndarray, h: int, count: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """``count`` in-distribution queries (T = S batches stacked): each head = a random key plus
     N(0, RECALL_NOISE^2 * mean key norm^2 / d) noise; head weights uniform in [0, 1)."""
@@ -182,7 +173,7 @@ PROPERTIES = (
              "top_g / top_m + 1: candidate sets nest exactly, recall@k kept"),
     Property("all-groups-dense", all_groups_dense, "probing every group/block == dense top-k"),
     Property("causal", causal, "no future key scored; dense ignores future keys"),
-    Property("deterministic", deterministic, "the same case twice: identical outputs"),
+    Property("deterministic", relations.deterministic, "the same case twice: identical outputs"),
     Property("recall-claim", recall_claim,
              "recall@k >= share of keys scored (Hoeffding, 99 %), in-distribution queries"),
 )

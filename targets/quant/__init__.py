@@ -33,7 +33,7 @@ encoder + a Triton scoring kernel with the codebook gather inside, :mod:`.kernel
 
 from __future__ import annotations
 
-from fuzzkit import triton_support
+from fuzzkit import relations, triton_support
 from fuzzkit.target import Implementation, Property, Target
 from targets.quant import checks, numpy_impl, reference, triton_impl
 
@@ -62,7 +62,7 @@ def _strategy():  # type: ignore[no-untyped-def]
 PROPERTIES = (
     Property("rotation-orthogonal", checks.rotation_orthogonal,
              "R preserves norms and inner products to 1e-12 (float64 run)"),
-    Property("deterministic", checks.deterministic, "the same case twice gives identical outputs"),
+    Property("deterministic", relations.deterministic, "the same case twice gives identical outputs"),
     Property("scale-equivariant", checks.scale_equivariant,
              "codes(4v) == codes(v), scale(4v) == 4 scale(v)"),
     Property("self-score", checks.self_score, "symmetric self-score == ||v||^2 within bound"),

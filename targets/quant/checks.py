@@ -262,13 +262,6 @@ def rotation_orthogonal(impl: Impl, inputs: Mapping[str, Any]) -> Optional[Failu
     )
 
 
-def deterministic(impl: Impl, inputs: Mapping[str, Any]) -> Optional[Failure]:
-    """The same inputs twice give bit-identical outputs."""
-    failure = oracles.exact(dict(impl(inputs)), dict(impl(inputs)), name="rerun")
-    return None if failure is None else failure.with_kind(
-        "nondeterministic", "two runs of the same case differ: ")
-
-
 def scale_equivariant(impl: Impl, inputs: Mapping[str, Any]) -> Optional[Failure]:
     """``codes(alpha v) == codes(v)`` and ``scale(alpha v) == alpha scale(v)`` for alpha = 4."""
     base = impl(inputs)
