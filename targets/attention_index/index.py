@@ -73,10 +73,8 @@ def relu(x: np.ndarray) -> np.ndarray:
     return np.maximum(x, np.float32(0.0))
 
 
-def absorb(sums: np.ndarray, counts: np.ndarray, group: int, x: np.ndarray) -> None:
-    """A later (chunked) key joins ``group``: its centroid becomes the running mean."""
-    sums[group] += x
-    counts[group] += 1
+#: How a chunked key joins its group (a mutant hook; the reference uses ``model.absorb``).
+absorb = model.absorb
 
 
 def member_groups(assignment: np.ndarray) -> list[np.ndarray]:
@@ -89,26 +87,7 @@ def member_groups(assignment: np.ndarray) -> list[np.ndarray]:
 
 def build_groups(keys: np.ndarray, p: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray]:
     """Chunked k-means: (assignment int64 (S,), centroids float64 (G, d))."""
-    x = np.asarray(keys, np.float64)
-    s = x.shape[0]
-    n0 = min(p["chunk"], s)
-    g = model.n_groups(p, s)
-    first = x[:n0]
-    cent = first[model.init_ids(n0, g, p["seed"])]
-    for _ in range(p["iters"]):
-        assign = model.nearest(first, cent)
-        cent = model.centroids_of(*model.means(first, assign, cent), cent)
-    assign = model.nearest(first, cent)
-    sums, counts = model.means(first, assign, cent)
-    base = cent
-    assignment = np.zeros(s, np.int64)
-    assignment[:n0] = assign
-    for i in range(n0, s):
-        current = model.centroids_of(sums, counts, base)
-        a = int(model.nearest(x[i:i + 1], current)[0])
-        assignment[i] = a
-        absorb(sums, counts, a, x[i])
-    return assignment, model.centroids_of(sums, counts, base)
+    return model.chunked_kmeans(keys, p, absorb)
 
 
 def owner_lists(assignment: np.ndarray, centroids: np.ndarray, keys: np.ndarray) -> np.ndarray:

@@ -8,7 +8,7 @@ decisions of the chunked k-means build with these float64 functions, so they agr
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -98,3 +98,36 @@ def centroids_of(sums: np.ndarray, counts: np.ndarray, old: np.ndarray) -> np.nd
 
 def n_groups(p: Mapping[str, Any], s: int) -> int:
     return max(1, min(p["groups"], min(p["chunk"], s)))
+
+
+def absorb(sums: np.ndarray, counts: np.ndarray, group: int, x: np.ndarray) -> None:
+    """A later (chunked) key joins ``group``: its centroid becomes the running mean."""
+    sums[group] += x
+    counts[group] += 1
+
+
+def chunked_kmeans(keys: np.ndarray, p: Mapping[str, Any],
+                   join: Callable[[np.ndarray, np.ndarray, int, np.ndarray], None] = absorb
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """Chunked k-means as prefill builds it: (assignment int64 (S,), centroids float64 (G, d)).
+    The first ``chunk`` keys by seeded Lloyd; each later key, in position order, joins the
+    nearest centroid through ``join`` (a parameter so that the implementation's rule can be
+    mutated without touching the reference's)."""
+    x = np.asarray(keys, np.float64)
+    s = x.shape[0]
+    n0 = min(p["chunk"], s)
+    g = n_groups(p, s)
+    first = x[:n0]
+    cent = first[init_ids(n0, g, p["seed"])]
+    for _ in range(p["iters"]):
+        assign = nearest(first, cent)
+        cent = centroids_of(*means(first, assign, cent), cent)
+    assign = nearest(first, cent)
+    sums, counts = means(first, assign, cent)
+    assignment = np.zeros(s, np.int64)
+    assignment[:n0] = assign
+    for i in range(n0, s):
+        a = int(nearest(x[i:i + 1], centroids_of(sums, counts, cent))[0])
+        assignment[i] = a
+        join(sums, counts, a, x[i])
+    return assignment, centroids_of(sums, counts, cent)

@@ -28,29 +28,6 @@ def indexer(q: np.ndarray, w: np.ndarray, x: np.ndarray) -> float:
     return total / math.sqrt(q.shape[1])
 
 
-def kmeans(keys: np.ndarray, p: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray]:
-    """Chunked k-means, key by key (the model's float64 distance and mean arithmetic)."""
-    x = np.asarray(keys, np.float64)
-    s = x.shape[0]
-    n0 = min(p["chunk"], s)
-    g = model.n_groups(p, s)
-    first = x[:n0]
-    cent = first[model.init_ids(n0, g, p["seed"])]
-    for _ in range(p["iters"]):
-        assign = model.nearest(first, cent)
-        cent = model.centroids_of(*model.means(first, assign, cent), cent)
-    assign = model.nearest(first, cent)
-    sums, counts = model.means(first, assign, cent)
-    assignment = [int(a) for a in assign]
-    for i in range(n0, s):
-        current = model.centroids_of(sums, counts, cent)
-        a = int(model.nearest(x[i:i + 1], current)[0])
-        assignment.append(a)
-        sums[a] += x[i]
-        counts[a] += 1
-    return np.array(assignment, np.int64), model.centroids_of(sums, counts, cent)
-
-
 def _top(scored: list[tuple[float, int]], k: int) -> list[tuple[float, int]]:
     return sorted(scored, key=lambda e: (-e[0], e[1]))[:k]
 
@@ -73,7 +50,7 @@ def run(inputs: Mapping[str, Any]) -> dict[str, Any]:
         first = np.arange(nb) * p["block"]
         count = p["top_m"]
     elif p["method"] == "attention_index":
-        owner, reps = kmeans(keys, p)
+        owner, reps = model.chunked_kmeans(keys, p)
         first = np.array([int(np.flatnonzero(owner == g).min()) if np.any(owner == g) else s
                           for g in range(reps.shape[0])])
         count = p["top_g"]
