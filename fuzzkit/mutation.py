@@ -25,6 +25,8 @@ class MutantResult:
     seconds: Optional[float]
     signature: Optional[str]
     cases: int
+    #: The failure's human message (targets with a ``localize`` hook name the culprit in it).
+    message: Optional[str] = None
     skipped: Optional[str] = None
     #: With ``shrink``: the length of each reducible input of the minimized case.
     minimized: Optional[dict[str, int]] = None
@@ -64,6 +66,7 @@ def run_mutant(target: Target, mutant: Mutant, *, budget: float, seed: int = 0,
         seconds=result.seconds_to_first_failure,
         signature=failure.signature if failure else None,
         cases=result.cases,
+        message=failure.message if failure else None,
         minimized=_sizes(target, finding) if shrink and finding is not None else None,
         finding=finding,
     )

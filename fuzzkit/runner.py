@@ -92,6 +92,8 @@ def _check_once(target: Target, impl: Implementation, inputs: Inputs, properties
                 raise
             except Exception as exc:  # noqa: BLE001 - e.g. outputs of the wrong structure
                 return Verdict(crash_failure(exc, where="oracle"), expected, actual)
+            if failure is not None and target.localize is not None:
+                failure = _localized(target, impl, inputs, failure)
             if failure is None and properties:
                 guarded = _copying(impl.fn)
                 for prop in target.properties:
@@ -107,6 +109,28 @@ def _check_once(target: Target, impl: Implementation, inputs: Inputs, properties
     except CaseTimeout:
         return Verdict(Failure("timeout", f"case ran past its {timeout:g} s limit",
                                f"timeout:{target.name}:{impl.name}", {"limit_s": timeout}))
+
+
+def _localized(target: Target, impl: Implementation, inputs: Inputs, failure: Failure) -> Failure:
+    """The oracle's failure with the culprit named by the target's ``localize`` hook.
+
+    Localization only adds words and details: a hook that crashes, or that would change the
+    failure's kind or signature (which shrinking and deduplication rely on), leaves the original
+    failure in place, with a note saying why.
+    """
+    assert target.localize is not None
+    try:
+        located = target.localize(_copying(impl.fn), copy.deepcopy(inputs), failure)
+    except CaseTimeout:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a broken hook must not hide the finding
+        note = f"localization failed: {type(exc).__name__}: {exc}".splitlines()[0][:300]
+        return Failure(failure.kind, failure.message, failure.signature,
+                       {**failure.details, "localization": note})
+    if located.kind != failure.kind or located.signature != failure.signature:
+        return Failure(failure.kind, failure.message, failure.signature,
+                       {**failure.details, "localization": "hook changed the signature; ignored"})
+    return located
 
 
 def _copying(fn: Any) -> Any:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import numpy as np
@@ -12,6 +13,7 @@ from fuzzkit.program import drive
 from fuzzkit.runner import check_case
 from fuzzkit.shrink.ddmin import ddmin, shrink_case
 from fuzzkit.case import Case
+from fuzzkit.failure import Failure
 from fuzzkit.target import Implementation
 
 import toy_targets
@@ -43,6 +45,43 @@ def test_crash_signature_is_type_and_innermost_user_frame(dot) -> None:
         sigs.add(failure.signature)
     # the innermost frame is ours, not numpy's indexing machinery, and stable across sizes
     assert sigs == {"crash:IndexError@tests/test_engine.py:_helper_that_fails"}
+
+
+def _off_by_a_million(inputs):
+    return {"dot": np.array([np.float32(inputs["a"] @ inputs["b"] + 1e6)])}
+
+
+def test_localize_hook_names_the_culprit_and_keeps_the_signature(dot) -> None:
+    seen = []
+
+    def localize(run, inputs, failure):
+        seen.append(run(inputs)["dot"][0])  # the hook may re-run the implementation
+        return Failure(failure.kind, failure.message + "; culprit: term 0", failure.signature,
+                       {**failure.details, "guilty": 0})
+
+    target = dataclasses.replace(dot, localize=localize)
+    inputs = {"a": np.ones(3, np.float32), "b": np.ones(3, np.float32)}
+    plain = check_case(dot, Implementation("bad", _off_by_a_million), inputs).failure
+    failure = check_case(target, Implementation("bad", _off_by_a_million), inputs).failure
+    assert failure.message.endswith("culprit: term 0") and failure.details["guilty"] == 0
+    assert failure.signature == plain.signature and seen
+    assert check_case(target, dot.implementation("numpy"), inputs).passed
+
+
+@pytest.mark.parametrize("hook", ["raises", "renames"])
+def test_a_broken_localize_hook_keeps_the_original_failure(dot, hook) -> None:
+    def localize(run, inputs, failure):
+        if hook == "raises":
+            raise ValueError("no slots here")
+        return Failure(failure.kind, "other", "mismatch:something-else")
+
+    target = dataclasses.replace(dot, localize=localize)
+    inputs = {"a": np.ones(3, np.float32), "b": np.ones(3, np.float32)}
+    plain = check_case(dot, Implementation("bad", _off_by_a_million), inputs).failure
+    failure = check_case(target, Implementation("bad", _off_by_a_million), inputs).failure
+    assert (failure.kind, failure.message, failure.signature) == (
+        plain.kind, plain.message, plain.signature)
+    assert failure.details["localization"]
 
 
 def test_nondeterminism_is_flagged(dot) -> None:
