@@ -30,6 +30,7 @@ BUILTIN_TARGETS: dict[str, str] = {
     "scheduling": "targets.scheduling:target",
     "ann": "targets.ann:target",
     "attention_index": "targets.attention_index:target",
+    "scute": "targets.scute:target",
 }
 
 _sources: dict[str, TargetSource] = {}

@@ -85,7 +85,10 @@ def _check_once(target: Target, impl: Implementation, inputs: Inputs, properties
             except CaseTimeout:
                 raise
             except Exception as exc:  # noqa: BLE001
-                return Verdict(crash_failure(exc, where=impl.name), expected)
+                crash = crash_failure(exc, where=impl.name)
+                if target.localize is not None:
+                    crash = _localized(target, impl, inputs, crash)
+                return Verdict(crash, expected)
             try:
                 failure = target.oracle(inputs, expected, actual)
             except CaseTimeout:

@@ -103,9 +103,9 @@ class Target:
     #: accept a manager *class* and drive it through programs.
     adapt_external: Optional[Callable[[Any, str], Implementation]] = None
     #: Where a failure of a batched input comes from: given the implementation (as a callable),
-    #: the failing inputs and the oracle's failure, return the same failure with the culprit
-    #: named (e.g. re-run with one batch slot at a time neutralised).  The runner calls it after
-    #: an oracle failure; it must keep the failure's kind and signature.
+    #: the failing inputs and the failure, return the same failure with the culprit named (e.g.
+    #: re-run with one batch slot at a time neutralised).  The runner calls it after an oracle
+    #: failure or a crash of the implementation; it must keep the failure's kind and signature.
     localize: Optional[Callable[[Callable[[Inputs], Outputs], Inputs, Failure], Failure]] = None
 
     def __post_init__(self) -> None:

@@ -47,6 +47,11 @@ echo "== benchmarks/ann_kernels.py --storage turbo8 --metric ip (mode=$mode)"
 # then a whole HiSA search through the Triton hooks vs the NumPy search.
 echo "== benchmarks/attention_index_kernels.py (mode=$mode)"
 "$PY" benchmarks/attention_index_kernels.py
+# scute: one scute_kernel launch over a decode batch mixing every adapter method vs lora_kernel with
+# the same number of pure-LoRA adapters (ms, overhead %), each configuration checked against a
+# float64 slot-form reference first; interpreter mode: small shapes, correctness only.
+echo "== benchmarks/scute.py (mode=$mode)"
+"$PY" benchmarks/scute.py
 echo "== benchmarks/kvguard_overhead.py (mode=$mode)"
 "$PY" benchmarks/kvguard_overhead.py --programs 200 --rounds 3 --kernels off
 echo "gpu_check: done (mode=$mode)"

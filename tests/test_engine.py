@@ -55,7 +55,8 @@ def test_localize_hook_names_the_culprit_and_keeps_the_signature(dot) -> None:
     seen = []
 
     def localize(run, inputs, failure):
-        seen.append(run(inputs)["dot"][0])  # the hook may re-run the implementation
+        if failure.kind != "crash":
+            seen.append(run(inputs)["dot"][0])  # the hook may re-run the implementation
         return Failure(failure.kind, failure.message + "; culprit: term 0", failure.signature,
                        {**failure.details, "guilty": 0})
 
@@ -66,6 +67,8 @@ def test_localize_hook_names_the_culprit_and_keeps_the_signature(dot) -> None:
     assert failure.message.endswith("culprit: term 0") and failure.details["guilty"] == 0
     assert failure.signature == plain.signature and seen
     assert check_case(target, dot.implementation("numpy"), inputs).passed
+    crash = check_case(target, Implementation("bad", _raises_in_user_code), inputs).failure
+    assert crash.kind == "crash" and crash.message.endswith("culprit: term 0")
 
 
 @pytest.mark.parametrize("hook", ["raises", "renames"])

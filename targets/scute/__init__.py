@@ -1,0 +1,94 @@
+"""Target ``scute``: exact-mix adapter kernels -- one batched linear layer serving tokens whose
+adapters are of different methods -- against a float64 per-token reference.
+
+The model (read literally by :mod:`.reference`; slot form in :mod:`.slots`)
+--------------------------------------------------------------------------
+A base linear layer ``W0`` (Nout, K), bias ``b0``; tokens ``x`` (Ntok, K), each carrying an
+adapter slot index (``token_adapter``, -1 = base layer only; tokens unsorted; ``mode`` "decode"
+= one token per request, "prefill" = runs of one slot).  Every slot holds one adapter of a
+method: LoRA (rsLoRA option), DoRA, VeRA (shared, sliced A/B), OFT (block-diagonal Cayley
+rotation of the input, exact or PEFT's Neumann series), BOFT (butterfly product of permuted
+block-diagonal rotations, output scale), IA3 (k/v: output scale incl. bias; feed-forward: input
+scale), or identity.  The reference computes each method in its native PEFT form, in float64,
+one token at a time.  Implementations compute the unified slot form
+
+``y = ((x·T)·W0ᵀ) ⊙ s + b + (((x·Aᵀ) ⊙ m)·Bᵀ) ⊙ o``
+
+with x, W0, T, A, B in the storage dtype (``dtype``: float32 / float16 / bfloat16) and float32
+accumulation.  Outputs: ``y`` float32 (Ntok, Nout) and ``bitwise_batch_invariant``.
+
+Oracle (:mod:`.checks`): per element within a forward-error bound from the storage dtype and the
+reduction lengths; a failure names the worst token, its slot and method, and :func:`checks.localize`
+re-runs with one slot at a time replaced by identity to name the guilty slot.  Properties
+(:mod:`.properties`): batch invariance, zero-initialised adapters = base layer, merged weight =
+unmerged, exact Cayley orthogonal.
+
+Implementations: ``triton`` (:mod:`.triton_impl`, one Scute kernel launch for the mixed batch)
+and ``torch`` (:mod:`.torch_impl`, Punica-style gather + batched matmuls).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Optional
+
+from fuzzkit import triton_support
+from fuzzkit.target import Implementation, Target
+from targets.scute import checks, reference
+
+
+def _torch_run(inputs):  # type: ignore[no-untyped-def]
+    from targets.scute import torch_impl
+
+    return torch_impl.run(inputs)
+
+
+def _triton_run(inputs):  # type: ignore[no-untyped-def]
+    from targets.scute import triton_impl
+
+    return triton_impl.run(inputs)
+
+
+def _torch_unavailable() -> Optional[str]:
+    if importlib.util.find_spec("torch") is None:
+        return "torch is not installed (pip install torch)"
+    return None
+
+
+def _strategy():  # type: ignore[no-untyped-def]
+    from targets.scute import strategies
+
+    return strategies.inputs()
+
+
+def target() -> Target:
+    """The ``scute`` target (entry point ``targets.scute:target``)."""
+    from targets.scute.mutants import DEVICE_MUTANTS, MUTANTS
+    from targets.scute.properties import PROPERTIES
+
+    return Target(
+        name="scute",
+        description="exact-mix adapter kernels: LoRA, rsLoRA, DoRA, VeRA, OFT, BOFT, IA3 and "
+                    "base-only tokens in one batch, slot form vs float64 native PEFT forms",
+        strategy=_strategy,
+        reference=reference.run,
+        implementations={
+            "triton": Implementation(
+                "triton", _triton_run, backend="triton",
+                description="one Scute kernel launch for the mixed batch (bitwise batch "
+                            "invariant)",
+                unavailable=triton_support.unavailable_with("targets.scute.triton_impl"),
+            ),
+            "torch": Implementation(
+                "torch", _torch_run, backend="torch",
+                description="Punica-style gather by slot + batched matmuls, fp32 shrink buffer",
+                unavailable=_torch_unavailable,
+            ),
+        },
+        oracle=checks.oracle,
+        properties=PROPERTIES,
+        mutants=[*MUTANTS, *DEVICE_MUTANTS],
+        reducible=(("x", "token_adapter"),),  # token rows shrink together
+        validate=checks.validate,
+        localize=checks.localize,
+    )

@@ -1,0 +1,371 @@
+"""Input validation, the oracle and slot localization for ``scute``.
+
+Oracle: every token's output against the float64 native-form reference (:mod:`.reference`),
+elementwise within a forward-error bound derived from the arithmetic the slot form performs
+(Higham ch. 3), in float64 from the slot parameters:
+
+``|ŷ - y| <= (γ_n(u_acc) + c·u_s)·M + u_s·|y| + floor``,  ``n = 2K + R + 8``, ``u_acc = 2^-24``
+
+* ``M = |x||T||W0|ᵀ|s| + |b| + ((|x||A|ᵀ)|m|)|B|ᵀ|o|`` (slot -1: ``|x||W0|ᵀ + |b0|``), the
+  absolute-value version of the slot form, so the bound holds whatever cancels;
+* ``γ_n``: float32 accumulation of x·T (K terms) and of the base GEMM (K), of the shrink (K,
+  overlapping) and expand (R), plus the float32 roundings of s, b, m, o and of the few products
+  and sums of the epilogue (the +8);
+* ``c·u_s``: the storage-dtype roundings that multiply M: T (a float64 rotation) stored in the
+  storage dtype, and x·T rounded to the storage dtype before the base GEMM -- c = 2 for OFT/BOFT
+  (block / dense T), 1 for a diagonal T (IA3 ff: x ⊙ l rounded, l representable), 0 for T = I and
+  base-only tokens.  x, W0, A, B and IA3's ff scale are exactly representable (validated), so
+  they add nothing;
+* ``u_s·|y|``: the output rounded to the storage dtype;
+* ``floor``: underflow of those roundings (half the subnormal spacing, fp16 matters).
+
+``u_s`` is 2^-24 (float32), 2^-11 (float16), 2^-7 (bfloat16: the Triton interpreter truncates
+f32->bf16 instead of rounding, a full ulp).  The comparison goes through
+:func:`oracles.close.close` with this bound as its magnitude.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Callable, Mapping, Optional
+
+import numpy as np
+
+from fuzzkit.failure import Failure
+from oracles.close import close, gamma, smallest_normal
+from targets.scute import reference, slots
+
+DTYPES = ("float32", "float16", "bfloat16")
+U_ACC = 2.0 ** -24
+U_STORE = {"float32": 2.0 ** -24, "float16": 2.0 ** -11, "bfloat16": 2.0 ** -7}
+SIGNATURE = "mismatch:y:close"
+#: Largest |value| allowed anywhere in a float16 case's magnitudes (fp16 max is 65504).
+FP16_LIMIT = 3.0e4
+
+
+def _representable(a: np.ndarray, dtype: str) -> bool:
+    a = np.asarray(a, np.float32)
+    if dtype == "float32":
+        return True
+    if dtype == "float16":
+        with np.errstate(over="ignore"):
+            return bool(np.array_equal(a.astype(np.float16).astype(np.float32), a))
+    return bool(np.all((a.view(np.uint32) & np.uint32(0xFFFF)) == 0))
+
+
+def round_to(a: Any, dtype: str) -> np.ndarray:
+    """Round float values to ``dtype`` (nearest even; bf16 on the float32 bits), as float32."""
+    a = np.asarray(a, np.float32)
+    if dtype == "float16":
+        return a.astype(np.float16).astype(np.float32)
+    if dtype == "bfloat16":
+        bits = a.view(np.uint32).astype(np.uint64)
+        bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+        return bits.astype(np.uint32).view(np.float32)
+    return a.copy()
+
+
+def _check_adapter(i: int, ad: Mapping[str, Any], k: int, nout: int, dtype: str) -> Optional[str]:
+    if not isinstance(ad, Mapping) or "method" not in ad:
+        return f"adapter {i} must be a dict with a 'method'"
+    method = ad["method"]
+    if method not in reference.METHODS:
+        return f"adapter {i}: method must be one of {reference.METHODS}, got {method!r}"
+    where = f"adapter {i} ({method})"
+
+    def arr(name: str, shape: Optional[tuple] = None, store: bool = False) -> Any:
+        if name not in ad:
+            return f"{where} needs {name!r}"
+        a = np.asarray(ad[name])
+        if a.dtype.kind not in "fiu":
+            return f"{where}: {name} must be numeric"
+        if shape is not None and a.shape != shape:
+            return f"{where}: {name} must have shape {shape}, got {a.shape}"
+        if not np.all(np.isfinite(a)):
+            return f"{where}: {name} must be finite"
+        if store and not _representable(a, dtype):
+            return f"{where}: {name} values must be exactly representable in {dtype}"
+        return None
+
+    if method == "identity":
+        return None
+    if method in ("lora", "dora"):
+        a = np.asarray(ad.get("A", np.zeros((0, 0))))
+        if a.ndim != 2 or a.shape[0] < 1 or a.shape[1] != k:
+            return f"{where}: A must have shape (r >= 1, {k}), got {a.shape}"
+        r = a.shape[0]
+        for name, shape in (("A", (r, k)), ("B", (nout, r))):
+            err = arr(name, shape, store=True)
+            if err:
+                return err
+        if not np.isfinite(float(ad.get("alpha", np.nan))):
+            return f"{where}: alpha must be a finite number"
+        if method == "dora":
+            err = arr("magnitude", (nout,))
+            if err:
+                return err
+        return None
+    if method == "vera":
+        a = np.asarray(ad.get("A_shared", np.zeros((0, 0))))
+        b = np.asarray(ad.get("B_shared", np.zeros((0, 0))))
+        if a.ndim != 2 or a.shape[0] < 1 or a.shape[1] < k:
+            return f"{where}: A_shared must have shape (r >= 1, Kmax >= {k}), got {a.shape}"
+        r = a.shape[0]
+        if b.ndim != 2 or b.shape[0] < nout or b.shape[1] != r:
+            return f"{where}: B_shared must have shape (Nmax >= {nout}, {r}), got {b.shape}"
+        for name, shape, store in (("A_shared", None, True), ("B_shared", None, True),
+                                   ("lambda_d", (r,), False), ("lambda_b", (nout,), False)):
+            err = arr(name, shape, store)
+            if err:
+                return err
+        return None
+    if method in ("oft", "boft"):
+        bs = ad.get("block_size")
+        if not isinstance(bs, (int, np.integer)) or bs < 1 or k % int(bs):
+            return f"{where}: block_size must be a positive divisor of K={k}, got {bs!r}"
+        bs = int(bs)
+        if ad.get("cayley", "exact") not in ("exact", "neumann"):
+            return f"{where}: cayley must be 'exact' or 'neumann'"
+        terms = ad.get("neumann_terms", 5)
+        if not isinstance(terms, (int, np.integer)) or terms < 1:
+            return f"{where}: neumann_terms must be an integer >= 1"
+        q = np.asarray(ad.get("Q", np.zeros(0)))
+        if method == "oft":
+            shape: tuple = (k // bs, bs, bs)
+        else:
+            mf = q.shape[0] if q.ndim == 4 else 0
+            if mf < 1:
+                return f"{where}: Q must have shape (factors, {k // bs}, {bs}, {bs})"
+            shape = (mf, k // bs, bs, bs)
+            if mf > 1 and (bs % 2 or (k // bs) % 2 or k % (bs * 2 ** (mf - 1))):
+                return (f"{where}: {mf} butterfly factors need an even block size, an even "
+                        f"block count and K divisible by block_size * 2^(factors-1)")
+            err = arr("boft_s", (nout,))
+            if err:
+                return err
+        err = arr("Q", shape)
+        if err:
+            return err
+        if not np.array_equal(q, -np.swapaxes(q, -1, -2)):
+            return f"{where}: Q must be skew-symmetric (Q == -Q^T)"
+        return None
+    if method == "ia3":
+        placement = ad.get("placement")
+        if placement not in ("kv", "ff"):
+            return f"{where}: placement must be 'kv' or 'ff', got {placement!r}"
+        return arr("l", (nout,) if placement == "kv" else (k,), store=placement == "ff")
+    return None
+
+
+def validate(inputs: Mapping[str, Any]) -> Optional[str]:
+    """One line saying what is wrong with a case's inputs, or None."""
+    for key in ("dtype", "x", "w0", "b0", "token_adapter", "adapters"):
+        if key not in inputs:
+            return f"scute inputs need key {key!r}"
+    dtype = inputs["dtype"]
+    if dtype not in DTYPES:
+        return f"dtype must be one of {DTYPES}, got {dtype!r}"
+    if inputs.get("mode", "decode") not in ("decode", "prefill"):
+        return f"mode must be 'decode' or 'prefill', got {inputs.get('mode')!r}"
+    x, w0, b0 = (np.asarray(inputs[k]) for k in ("x", "w0", "b0"))
+    ta = np.asarray(inputs["token_adapter"])
+    if x.ndim != 2 or w0.ndim != 2 or x.shape[1] != w0.shape[1] or b0.shape != (w0.shape[0],):
+        return f"shapes must be x (Ntok,K), w0 (Nout,K), b0 (Nout,); got {x.shape}, {w0.shape}, " \
+               f"{b0.shape}"
+    if x.shape[0] < 1 or x.shape[1] < 1 or w0.shape[0] < 1:
+        return "Ntok, K and Nout must be >= 1"
+    for arr, name in ((x, "x"), (w0, "w0"), (b0, "b0")):
+        if arr.dtype.kind not in "fiu" or not np.all(np.isfinite(arr)):
+            return f"{name} must be finite numbers"
+    for arr, name in ((x, "x"), (w0, "w0")):
+        if not _representable(arr, dtype):
+            return f"{name} values must be exactly representable in {dtype}"
+    adapters = inputs["adapters"]
+    if not isinstance(adapters, (list, tuple)):
+        return "adapters must be a list"
+    if ta.shape != (x.shape[0],) or ta.dtype.kind not in "iu":
+        return f"token_adapter must be ({x.shape[0]},) integers, got {ta.shape} {ta.dtype}"
+    if ta.size and (ta.min() < -1 or ta.max() >= len(adapters)):
+        return f"token_adapter values must lie in [-1, {len(adapters)})"
+    nout, k = w0.shape
+    for i, ad in enumerate(adapters):
+        err = _check_adapter(i, ad, k, nout, dtype)
+        if err:
+            return err
+    try:
+        packed = slots.pack(inputs)
+    except (FloatingPointError, np.linalg.LinAlgError, ValueError) as exc:
+        return f"slot conversion failed: {exc}"
+    for name in ("t_mat", "s", "b", "m", "o"):
+        if not np.all(np.isfinite(getattr(packed, name))):
+            return f"slot parameter {name} is not finite (e.g. a zero DoRA weight norm)"
+    if dtype == "float16":
+        mag = magnitude(packed)
+        ref = np.abs(reference.run(inputs)["y"])
+        if mag.max(initial=0.0) > FP16_LIMIT or ref.max(initial=0.0) > FP16_LIMIT:
+            return f"magnitudes above {FP16_LIMIT:g} would overflow float16"
+    return None
+
+
+def magnitude(packed: slots.Packed) -> np.ndarray:
+    """``M`` (Ntok, Nout): the absolute-value slot form per token (see the module docstring)."""
+    x = np.abs(np.asarray(packed.x, np.float64))
+    w0 = np.abs(np.asarray(packed.w0, np.float64))
+    b0 = np.abs(np.asarray(packed.b0, np.float64))
+    out = x @ w0.T + b0
+    for t, s in enumerate(np.asarray(packed.token_slot)):
+        if s < 0:
+            continue
+        xt = (x[t] * np.abs(packed.t_diag[s])) @ np.abs(packed.t_mat[s])
+        lo = (np.abs(packed.B[s]) @ (np.abs(packed.A[s]) @ x[t] * np.abs(packed.m[s])))
+        out[t] = (w0 @ xt) * np.abs(packed.s[s]) + np.abs(packed.b[s]) + lo * np.abs(packed.o[s])
+    return out
+
+
+def error_bound(packed: slots.Packed, ref_y: np.ndarray) -> np.ndarray:
+    """The per-element bound (Ntok, Nout) of the module docstring."""
+    k = packed.w0.shape[1]
+    r = packed.A.shape[1] if packed.A.ndim == 3 else 1
+    u_s = U_STORE[packed.dtype]
+    half_sub = smallest_normal(packed.dtype) * u_s
+    mag = magnitude(packed)
+    w_abs = np.abs(np.asarray(packed.w0, np.float64)).sum(axis=1)
+    s_abs = np.ones((len(packed.token_slot), w_abs.shape[0]))
+    for t, s in enumerate(np.asarray(packed.token_slot)):
+        if s >= 0:
+            s_abs[t] = np.abs(packed.s[s])
+    # storage roundings that multiply M, per token: none for T = I (x is representable), one for
+    # a diagonal T (x ⊙ l rounded; l is representable), two for block/dense T (T and x·T).
+    ta = np.asarray(packed.token_slot)
+    kinds = np.asarray(packed.t_kind)
+    c = np.array([0 if s < 0 else min(int(kinds[s]), 2) for s in ta], np.float64)[:, None]
+    floor = half_sub * (np.minimum(c, 1.0) * w_abs[None, :] * s_abs + 1.0)
+    return ((gamma(2 * k + r + 8, U_ACC) + c * u_s) * mag + u_s * np.abs(ref_y) + floor)
+
+
+def _method(inputs: Mapping[str, Any], slot: int) -> str:
+    if slot < 0:
+        return "base"
+    ad = inputs["adapters"][slot]
+    return ad["method"] + (f"-{ad['placement']}" if ad["method"] == "ia3" else "")
+
+
+def oracle(inputs: Mapping[str, Any], ref: Mapping[str, Any], out: Mapping[str, Any]
+           ) -> Optional[Failure]:
+    """None when every token's output is within the bound of the float64 reference."""
+    packed = slots.pack(inputs)
+    ref_y = np.asarray(ref["y"], np.float64)
+    bound = error_bound(packed, ref_y)
+    scaled = bound / gamma(3, U_ACC)  # close() bounds by gamma_3(u32) * magnitude (+ ~1e-37)
+    failure = close(ref_y, np.asarray(out["y"]), dtype="float32", reduction_length=0,
+                    magnitude=scaled, name="y")
+    if failure is None:
+        return None
+    details = dict(failure.details)
+    signature = SIGNATURE if failure.signature == "mismatch:close:y" else \
+        failure.signature.replace("mismatch:close:y", "mismatch:y")
+    message = failure.message
+    worst = details.get("worst")
+    index = (worst or {}).get("index") or details.get("index")
+    if worst is not None:
+        details["dtype"] = inputs["dtype"]
+        details.pop("reduction_length", None)
+        details.pop("factor", None)
+        details.pop("max_ulps", None)
+        worst.pop("ulps", None)
+        message = (f"y: {details['count']} of {details['size']} elements exceed the "
+                   f"{inputs['dtype']} slot-form error bound; worst y{list(index)}: expected "
+                   f"{worst['expected']:.17g}, got {worst['actual']:.9g}, error "
+                   f"{worst['error']:.3g} = {worst['ratio']:.3g} x bound {worst['bound']:.3g}")
+    if index is not None and len(index) == 2:
+        t = int(index[0])
+        slot = int(np.asarray(inputs["token_adapter"])[t])
+        details.update(token=t, slot=slot, method=_method(inputs, slot))
+        message = (f"scute: token {t} (slot {slot}, {_method(inputs, slot)}) "
+                   f"[{inputs['dtype']}] -- {message}")
+    mism = mismatching_slots(inputs, ref_y, out, bound)
+    if mism is not None:
+        details["mismatching_slots"] = mism
+    return Failure("mismatch", message, signature, details)
+
+
+def mismatching_slots(inputs: Mapping[str, Any], ref_y: np.ndarray, out: Mapping[str, Any],
+                      bound: np.ndarray) -> Optional[list[int]]:
+    y = np.asarray(out["y"], np.float64)
+    if y.shape != ref_y.shape:
+        return None
+    bad = ~(np.abs(y - ref_y) <= bound)
+    rows = np.nonzero(bad.any(axis=1))[0]
+    ta = np.asarray(inputs["token_adapter"])
+    return sorted({int(ta[t]) for t in rows})
+
+
+def _with_identity(inputs: Mapping[str, Any], slot: int) -> dict[str, Any]:
+    case = dict(inputs)
+    adapters = [dict(a) for a in inputs["adapters"]]
+    adapters[slot] = {"method": "identity"}
+    case["adapters"] = adapters
+    return case
+
+
+def localize(run: Callable[[Mapping[str, Any]], Any], inputs: Mapping[str, Any],
+             failure: Failure) -> Failure:
+    """Re-run with one slot at a time replaced by identity; name the slots whose removal clears
+    the failure (``details["guilty"]``) and the slots whose tokens mismatch."""
+    ref_y = np.asarray(reference.run(inputs)["y"], np.float64)
+    details = dict(failure.details)
+    if "mismatching_slots" not in details:
+        try:
+            out = run(copy.deepcopy(dict(inputs)))
+            details["mismatching_slots"] = mismatching_slots(
+                inputs, ref_y, out, error_bound(slots.pack(inputs), ref_y))
+        except Exception:  # noqa: BLE001 - a crash is reported by the runner itself
+            pass
+    candidates = [i for i, a in enumerate(inputs["adapters"]) if a["method"] != "identity"]
+
+    def fails(case: Mapping[str, Any]) -> bool:
+        try:
+            return oracle(case, reference.run(case), run(copy.deepcopy(case))) is not None
+        except Exception:  # noqa: BLE001 - still failing, differently
+            return True
+
+    # Phase 0: every slot identity and it still fails -> the base path / batching is wrong.
+    bare = dict(inputs)
+    bare["adapters"] = [{"method": "identity"} for _ in inputs["adapters"]]
+    if candidates and fails(bare):
+        guilty = [{"slot": -1, "method": "base"}]
+        how = "fails with every slot set to identity"
+        candidates = []
+    else:
+        # Phase 1: the slots whose removal (-> identity) clears the failure.
+        guilty = [{"slot": i, "method": _method(inputs, i)} for i in candidates
+                  if not fails(_with_identity(inputs, i))]
+        how = "removing it clears the failure"
+    if not guilty and len(candidates) > 1:
+        # Phase 2 (several slots are wrong): the slots that still fail when kept alone.
+        guilty = []
+        for i in candidates:
+            case = dict(inputs)
+            case["adapters"] = [a if j == i else {"method": "identity"}
+                                for j, a in enumerate(inputs["adapters"])]
+            if fails(case):
+                guilty.append({"slot": i, "method": _method(inputs, i)})
+        how = "fails kept alone"
+    mism = details.get("mismatching_slots")
+    leaked = [g for g in guilty if g["slot"] >= 0]
+    if mism == [-1] and leaked:
+        # only base-only tokens are wrong, and neutralising an adapter fixes them: the -1 path
+        # picks up that adapter (an index -1 that wrapped or was clamped instead of skipped)
+        guilty = [{"slot": -1, "method": "base", "leaks": leaked}]
+        how = "base-only tokens pick up " + ", ".join(
+            f"slot {g['slot']} ({g['method']})" for g in leaked)
+    details["guilty"] = guilty
+    if guilty:
+        names = ", ".join(f"slot {g['slot']} ({g['method']})" for g in guilty)
+        note = f"guilty {names} ({how})"
+    else:
+        note = "no single slot explains the failure (base-only path or batch structure?)"
+    if mism is not None:
+        note += "; mismatching slots " + ", ".join(
+            f"{s} ({_method(inputs, s)})" for s in mism)
+    return Failure(failure.kind, f"{failure.message} [{note}]", failure.signature, details)
