@@ -129,9 +129,26 @@ def boft_slot(adapter: Mapping[str, Any], w0: np.ndarray, b0: np.ndarray) -> dic
         total = butterfly_factor(q[i], k, i, q.shape[0], adapter.get("cayley", "exact"),
                                  int(adapter.get("neumann_terms", 5))) @ total
     out = _identity(k, nout, b0)
-    out.update(t_kind=KIND_DENSE, t_mat=total,
-               s=np.asarray(adapter["boft_s"], np.float64).copy(), b=b0.copy())
+    block = diagonal_block(total, int(adapter["block_size"]))
+    out.update(t_kind=KIND_BLOCK if block < k else KIND_DENSE, t_block=block if block < k else 0,
+               t_mat=total, s=np.asarray(adapter["boft_s"], np.float64).copy(), b=b0.copy())
     return out
+
+
+def diagonal_block(t: np.ndarray, block: int) -> int:
+    """The smallest ``block * 2**j`` whose diagonal blocks hold every non-zero of ``t`` (``K``
+    when none does).  A butterfly product with few factors only mixes neighbouring blocks, and
+    PEFT's default single factor is plain block-diagonal: packing it as such lets the kernel
+    skip the zero blocks instead of paying a dense ``K x K`` transform."""
+    k = t.shape[0]
+    size = block
+    while size < k:
+        if k % size == 0:
+            mask = np.kron(np.eye(k // size, dtype=bool), np.ones((size, size), bool))
+            if not np.any(t[~mask]):
+                return size
+        size *= 2
+    return k
 
 
 def ia3_slot(adapter: Mapping[str, Any], w0: np.ndarray, b0: np.ndarray) -> dict[str, Any]:
