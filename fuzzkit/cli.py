@@ -60,6 +60,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("path", type=Path, metavar="PATH")
     p.add_argument("--output", type=Path, help="directory for the smaller case (default: beside)")
 
+    p = sub.add_parser("bisect", help="find the first diverging node of a failing graph case "
+                                      "and its smallest failing window")
+    p.add_argument("path", type=Path, metavar="CASE")
+    p.add_argument("--impl", help="implementation to bisect (default: the case's)")
+    p.add_argument("--mutant", help="apply this shipped mutant of the target while bisecting")
+    p.add_argument("--out", type=Path, default=None,
+                   help="directory for the minimized case and its repro script "
+                        "(default: bisected/ beside CASE)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
     p = sub.add_parser("mutants", help="check that the fuzzer catches every shipped mutant")
     p.add_argument("targets", nargs="*", metavar="TARGET")
     p.add_argument("--budget", type=_positive_float, default=30.0,
@@ -226,6 +236,64 @@ def cmd_shrink(args: argparse.Namespace) -> int:
     return EXIT_FINDINGS
 
 
+def cmd_bisect(args: argparse.Namespace) -> int:
+    import contextlib
+
+    from fuzzkit.case import Case, load
+    from fuzzkit.registry import get_target, resolve_implementation
+    from fuzzkit.shrink.bisect import NotFailing, bisect, is_graph_case
+    from fuzzkit.shrink.repro import write_repro
+
+    case = load(args.path)
+    target = get_target(case.target)
+    impl = resolve_implementation(target, args.impl or case.implementation)
+    mutant = target.mutant(args.mutant) if args.mutant else None
+    if mutant is not None and mutant.implementation != impl.name:
+        raise UsageError(f"mutant {mutant.name!r} patches implementation "
+                         f"{mutant.implementation!r}, not {impl.name!r}")
+    if not is_graph_case(case.inputs):
+        raise UsageError(f"{args.path}: not a graph case (target {case.target!r}; bisect needs "
+                         "inputs with graph, values and dtype); use `fuzzkit shrink`")
+    reason = impl.unavailable()
+    if reason:
+        raise UsageError(f"implementation {impl.name!r} cannot run here: {reason}")
+    with mutant.applied() if mutant is not None else contextlib.nullcontext():
+        try:
+            result = bisect(target, impl, case.inputs)
+        except NotFailing as exc:
+            if args.json:
+                print(json.dumps({"case": str(args.path), "failed": False, "error": str(exc)}))
+            else:
+                print(f"{args.path}: {exc}")
+            return EXIT_FINDINGS
+    out_dir = args.out or args.path.parent / "bisected"
+    minimized = Case(target=case.target, implementation=impl.name,
+                     inputs=result.minimized_inputs, seed=case.seed, failure=result.failure,
+                     origin="bisect")
+    case_path = minimized.save(out_dir)
+    repro = write_repro(minimized, case_path, first_node=result.first_node, op=result.op,
+                        window=result.window, signature=result.signature)
+    if args.json:
+        print(json.dumps({**result.to_json(), "case": str(args.path), "failed": True,
+                          "minimized_case": str(case_path), "repro": str(repro),
+                          "mutant": args.mutant}, indent=2))
+        return EXIT_CLEAN
+    status = ("NONDETERMINISTIC" if result.nondeterministic
+              else "confirmed" if result.confirmed else "not confirmed")
+    print(f"first diverging node: {result.first_node} ({result.op}), node "
+          f"{result.first_index + 1} of {result.original_nodes}")
+    print(f"window: {len(result.window)} node(s): {', '.join(result.window)}")
+    print(f"signature: {result.signature}")
+    if result.other_divergence:
+        o = result.other_divergence
+        print(f"note: an earlier divergence of another class at {o['node']} ({o['op']}): "
+              f"{o['signature']}; bisect stayed on {result.signature}")
+    print(f"compile calls: {result.compile_calls} in {result.seconds:.1f} s; {status}")
+    print(f"minimized case: {case_path}")
+    print(f"repro: {repro}" + (f" (run with --mutant {args.mutant})" if args.mutant else ""))
+    return EXIT_CLEAN
+
+
 def cmd_mutants(args: argparse.Namespace) -> int:
     from fuzzkit import corpus
     from fuzzkit.mutation import run_mutant
@@ -263,7 +331,7 @@ def cmd_mutants(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {"list": cmd_list, "run": cmd_run, "replay": cmd_replay, "shrink": cmd_shrink,
-            "mutants": cmd_mutants}
+            "bisect": cmd_bisect, "mutants": cmd_mutants}
 
 
 # ---------------------------------------------------------------------------------------------

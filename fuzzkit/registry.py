@@ -31,6 +31,7 @@ BUILTIN_TARGETS: dict[str, str] = {
     "ann": "targets.ann:target",
     "attention_index": "targets.attention_index:target",
     "scute": "targets.scute:target",
+    "compiler": "targets.compiler:target",
 }
 
 _sources: dict[str, TargetSource] = {}

@@ -54,4 +54,8 @@ echo "== benchmarks/scute.py (mode=$mode)"
 "$PY" benchmarks/scute.py
 echo "== benchmarks/kvguard_overhead.py (mode=$mode)"
 "$PY" benchmarks/kvguard_overhead.py --programs 200 --rounds 3 --kernels off
+# compiler: the fusing compiler's generated Triton kernels (native on a GPU) fuzzed until each of
+# its miscompile mutants is caught against the eager float64 reference.
+echo "== fuzzkit mutants compiler (mode=$mode)"
+"$PY" -m fuzzkit.cli mutants compiler --budget 60
 echo "gpu_check: done (mode=$mode)"

@@ -1,0 +1,686 @@
+"""Operator catalogue of the compiler-graph fuzzer.
+
+Every op is an :class:`OpSpec`:
+
+* ``shape_rule(in_shapes, attrs) -> (constraints, out_shape)`` — NNSmith-style: ``in_shapes`` are
+  lists of z3 integer expressions (symbolic dims), the rule returns the z3 constraints under which
+  the op is well formed and the symbolic output shape (fresh z3 variables where the output dim is
+  a new unknown, e.g. reshape / expand / index_select / broadcast results).
+* ``sample_attrs(chooser, in_ranks) -> attrs | None`` — attribute draws that only depend on ranks
+  (``None``: the op does not apply to operands of these ranks).  Attributes that need concrete
+  dims (reshape's and expand's target ``shape``, index_select's ``index``) are filled in by the
+  generator after the shapes are solved; ``finalize_attrs`` does that.
+* ``torch_fn`` — a module-level function of this module (stable import path
+  ``fuzzkit.graphs.ops.<name>`` for fx graphs, repros and ``fx_minifier``); attrs are its kwargs.
+* ``domain`` — what the op needs from its inputs: ``"positive"`` (log, sqrt, rsqrt, fractional
+  pow) or ``"nonzero"`` (reciprocal, div's denominator) for the argument positions
+  ``domain_args(attrs)``; the generator inserts guard nodes so this always holds.
+* ``error`` — the key of the error rule in :mod:`fuzzkit.graphs.bound`.
+
+Choosers: ``sample_attrs`` accepts a NumPy ``Generator``, a Hypothesis ``data.draw`` callable or a
+:class:`Chooser`; :func:`as_chooser` normalises them.
+"""
+
+from __future__ import annotations
+
+import builtins as _b
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+import z3
+
+__all__ = ["OpSpec", "OPS", "Chooser", "as_chooser", "fresh_dim", "LAYER_NORM_EPS"]
+
+LAYER_NORM_EPS = 1e-5
+MAX_RANK = 4
+
+
+# ----------------------------------------------------------------------------------------------
+# choosers: one interface over NumPy generators and Hypothesis draws
+# ----------------------------------------------------------------------------------------------
+
+
+class Chooser:
+    """Minimal choice interface: ``integers(lo, hi)`` (inclusive), ``choice(seq)``, ``boolean()``."""
+
+    def integers(self, lo: int, hi: int) -> int:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def choice(self, seq: Sequence[Any]) -> Any:
+        return seq[self.integers(0, len(seq) - 1)]
+
+    def boolean(self) -> bool:
+        return bool(self.integers(0, 1))
+
+
+class RngChooser(Chooser):
+    def __init__(self, rng: np.random.Generator):
+        self.rng = rng
+
+    def integers(self, lo: int, hi: int) -> int:
+        return int(self.rng.integers(lo, hi + 1))
+
+
+class DrawChooser(Chooser):
+    """Hypothesis: every choice is a ``data.draw(st.integers(...))`` so Hypothesis can shrink it."""
+
+    def __init__(self, draw: Callable[..., Any]):
+        from hypothesis import strategies as st
+
+        self._st = st
+        self.draw = draw
+
+    def integers(self, lo: int, hi: int) -> int:
+        if lo == hi:
+            return lo
+        return int(self.draw(self._st.integers(lo, hi)))
+
+
+def as_chooser(x: Any) -> Chooser:
+    if isinstance(x, Chooser):
+        return x
+    if isinstance(x, np.random.Generator):
+        return RngChooser(x)
+    if hasattr(x, "draw") and callable(x.draw):  # hypothesis DataObject
+        return DrawChooser(x.draw)
+    if callable(x):
+        return DrawChooser(x)
+    raise TypeError(f"cannot make a chooser from {type(x).__name__}")
+
+
+_Z3_STATE: dict[str, Any] = {"ctx": None, "counter": 0}
+
+
+def reset_z3(ctx: "z3.Context | None" = None) -> None:
+    """Use ``ctx`` (None: z3's main context) for fresh dims and restart their numbering, so a
+    generation run is independent of earlier ones (determinism)."""
+    _Z3_STATE["ctx"] = ctx
+    _Z3_STATE["counter"] = 0
+
+
+def fresh_dim(prefix: str = "d") -> z3.ArithRef:
+    _Z3_STATE["counter"] += 1
+    return z3.Int(f"{prefix}{_Z3_STATE['counter']}", _Z3_STATE["ctx"])
+
+
+def int_val(v: int) -> z3.ArithRef:
+    return z3.IntVal(v, _Z3_STATE["ctx"])
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, int) and isinstance(b, int):
+        return a == b
+    if isinstance(a, z3.ExprRef) and isinstance(b, z3.ExprRef):
+        return a.eq(b)
+    return False
+
+
+def _prod(dims: Sequence[Any]) -> Any:
+    out: Any = 1
+    for d in dims:
+        out = out * d
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# torch functions (fx call_function targets).  Names equal op names; builtins are reached via _b.
+# ----------------------------------------------------------------------------------------------
+
+
+def abs(a):  # noqa: A001
+    return torch.abs(a)
+
+
+def neg(a):
+    return torch.neg(a)
+
+
+def exp(a):
+    return torch.exp(a)
+
+
+def log(a):
+    return torch.log(a)
+
+
+def sqrt(a):
+    return torch.sqrt(a)
+
+
+def rsqrt(a):
+    return torch.rsqrt(a)
+
+
+def tanh(a):
+    return torch.tanh(a)
+
+
+def sigmoid(a):
+    return torch.sigmoid(a)
+
+
+def relu(a):
+    return torch.relu(a)
+
+
+def gelu(a):
+    return torch.nn.functional.gelu(a)
+
+
+def sin(a):
+    return torch.sin(a)
+
+
+def cos(a):
+    return torch.cos(a)
+
+
+def reciprocal(a):
+    return torch.reciprocal(a)
+
+
+def pow(a, exponent):  # noqa: A001
+    return torch.pow(a, exponent)
+
+
+def clamp(a, min, max):  # noqa: A002
+    return torch.clamp(a, min=min, max=max)
+
+
+def add_scalar(a, value):
+    return torch.add(a, value)
+
+
+def add(a, b):
+    return torch.add(a, b)
+
+
+def sub(a, b):
+    return torch.sub(a, b)
+
+
+def mul(a, b):
+    return torch.mul(a, b)
+
+
+def div(a, b):
+    return torch.div(a, b)
+
+
+def maximum(a, b):
+    return torch.maximum(a, b)
+
+
+def minimum(a, b):
+    return torch.minimum(a, b)
+
+
+def where_gt(a, b, c, d):
+    return torch.where(a > b, c, d)
+
+
+def matmul(a, b):
+    return torch.matmul(a, b)
+
+
+def bmm(a, b):
+    return torch.bmm(a, b)
+
+
+def softmax(a, dim):
+    return torch.softmax(a, dim=dim)
+
+
+def log_softmax(a, dim):
+    return torch.log_softmax(a, dim=dim)
+
+
+def layer_norm(a, dim):
+    x = torch.movedim(a, dim, -1)
+    y = torch.nn.functional.layer_norm(x, (x.shape[-1],), eps=LAYER_NORM_EPS)
+    return torch.movedim(y, -1, dim)
+
+
+def sum(a, dim, keepdim):  # noqa: A001
+    return torch.sum(a, dim=dim, keepdim=keepdim)
+
+
+def mean(a, dim, keepdim):
+    return torch.mean(a, dim=dim, keepdim=keepdim)
+
+
+def amax(a, dim, keepdim):
+    return torch.amax(a, dim=dim, keepdim=keepdim)
+
+
+def amin(a, dim, keepdim):
+    return torch.amin(a, dim=dim, keepdim=keepdim)
+
+
+def cumsum(a, dim):
+    return torch.cumsum(a, dim=dim)
+
+
+def reshape(a, shape):
+    return torch.reshape(a, tuple(shape))
+
+
+def permute(a, perm):
+    return torch.permute(a, tuple(perm))
+
+
+def transpose(a, dim0, dim1):
+    return torch.transpose(a, dim0, dim1)
+
+
+def expand(a, shape):
+    return a.expand(*shape)
+
+
+def unsqueeze(a, dim):
+    return torch.unsqueeze(a, dim)
+
+
+def squeeze(a, dim):
+    return torch.squeeze(a, dim)
+
+
+def cat(a, b, dim):
+    return torch.cat([a, b], dim=dim)
+
+
+def index_select(a, dim, index):
+    return torch.index_select(a, dim, torch.tensor(index, dtype=torch.long, device=a.device))
+
+
+# ----------------------------------------------------------------------------------------------
+# shape rules
+# ----------------------------------------------------------------------------------------------
+
+Shape = list  # list of z3 expressions / ints
+
+
+def _rule_same(shapes, attrs):
+    return [], list(shapes[0])
+
+
+def _broadcast(shapes: Sequence[Shape]):
+    rank = _b.max(len(s) for s in shapes)
+    cons: list = []
+    out: list = []
+    for k in range(rank):
+        dims = [s[len(s) - rank + k] for s in shapes if len(s) - rank + k >= 0]
+        uniq: list = []
+        for d in dims:
+            if not _b.any(_same(d, u) for u in uniq):
+                uniq.append(d)
+        if len(uniq) == 1:
+            out.append(uniq[0])
+            continue
+        o = fresh_dim("b")
+        for d in uniq:
+            cons.append(z3.Or(d == 1, d == o))
+        cons.append(z3.Or(*[d == o for d in uniq]))
+        out.append(o)
+    return cons, out
+
+
+def _rule_broadcast(shapes, attrs):
+    return _broadcast(shapes)
+
+
+def _rule_matmul(shapes, attrs):
+    a, b = shapes
+    return [a[1] == b[0]], [a[0], b[1]]
+
+
+def _rule_bmm(shapes, attrs):
+    a, b = shapes
+    return [a[0] == b[0], a[2] == b[1]], [a[0], a[1], b[2]]
+
+
+def _rule_reduce(shapes, attrs):
+    s = list(shapes[0])
+    d = attrs["dim"]
+    if attrs["keepdim"]:
+        s[d] = int_val(1)
+    else:
+        del s[d]
+    return [], s
+
+
+def _rule_reshape(shapes, attrs):
+    """Modes: ``general`` (fresh dims, product constraint — nonlinear), ``flatten`` (one dim),
+    ``merge`` (two adjacent dims into their product), ``split`` (dim = k * fresh, k drawn)."""
+    s = list(shapes[0])
+    mode = attrs["_mode"]
+    if mode == "flatten":
+        return [], [_prod(s)]
+    if mode == "merge":
+        i = attrs["_at"]
+        if i + 1 >= len(s):
+            return [z3.BoolVal(False, _Z3_STATE["ctx"])], s
+        return [], s[:i] + [s[i] * s[i + 1]] + s[i + 2 :]
+    if mode == "split":
+        i = attrs["_at"]
+        k = attrs["_k"]
+        q = fresh_dim("r")
+        return [s[i] == k * q], s[:i] + [int_val(k), q] + s[i + 1 :]
+    rank = attrs["_rank"]
+    out = [fresh_dim("r") for _ in range(rank)]
+    return [_prod(out) == _prod(s)], out
+
+
+def _rule_permute(shapes, attrs):
+    s = shapes[0]
+    return [], [s[p] for p in attrs["perm"]]
+
+
+def _rule_transpose(shapes, attrs):
+    s = list(shapes[0])
+    i, j = attrs["dim0"], attrs["dim1"]
+    s[i], s[j] = s[j], s[i]
+    return [], s
+
+
+def _rule_expand(shapes, attrs):
+    s = shapes[0]
+    cons = []
+    out = [fresh_dim("e") for _ in range(attrs["_new"])]
+    for d in s:
+        o = fresh_dim("e")
+        cons.append(z3.Or(d == 1, o == d))
+        out.append(o)
+    return cons, out
+
+
+def _rule_unsqueeze(shapes, attrs):
+    s = list(shapes[0])
+    s.insert(attrs["dim"], int_val(1))
+    return [], s
+
+
+def _rule_squeeze(shapes, attrs):
+    s = list(shapes[0])
+    d = attrs["dim"]
+    cons = [s[d] == 1]
+    del s[d]
+    return cons, s
+
+
+def _rule_cat(shapes, attrs):
+    a, b = shapes
+    d = attrs["dim"]
+    cons = [a[k] == b[k] for k in range(len(a)) if k != d and not _same(a[k], b[k])]
+    out = list(a)
+    out[d] = a[d] + b[d]
+    return cons, out
+
+
+def _rule_index_select(shapes, attrs):
+    s = list(shapes[0])
+    o = fresh_dim("i")
+    s[attrs["dim"]] = o
+    return [], s
+
+
+# ----------------------------------------------------------------------------------------------
+# attribute samplers
+# ----------------------------------------------------------------------------------------------
+
+
+def _attrs_none(ch, ranks):
+    return {}
+
+
+def _attrs_same_rank(ch, ranks):
+    return {} if len(set(ranks)) == 1 else None
+
+
+def _attrs_dim(ch, ranks):
+    return {"dim": ch.integers(0, ranks[0] - 1)}
+
+
+def _attrs_reduce(ch, ranks):
+    r = ranks[0]
+    keepdim = True if r == 1 else ch.boolean()
+    return {"dim": ch.integers(0, r - 1), "keepdim": keepdim}
+
+
+_INT_EXPONENTS = (2.0, 3.0)
+_FRAC_EXPONENTS = (0.5, 1.5)
+
+
+def _attrs_pow(ch, ranks):
+    exps = _INT_EXPONENTS + _FRAC_EXPONENTS
+    return {"exponent": exps[ch.integers(0, len(exps) - 1)]}
+
+
+_CLAMP_BOUNDS = (-4.0, -2.0, -1.0, -0.5, 0.0, 0.5, 1.0, 2.0, 4.0)
+
+
+def _attrs_clamp(ch, ranks):
+    i = ch.integers(0, len(_CLAMP_BOUNDS) - 2)
+    j = ch.integers(i + 1, len(_CLAMP_BOUNDS) - 1)
+    return {"min": _CLAMP_BOUNDS[i], "max": _CLAMP_BOUNDS[j]}
+
+
+def _attrs_add_scalar(ch, ranks):
+    return {"value": ch.choice((0.5, 1.0, -1.0, 2.0))}
+
+
+def _attrs_matmul(ch, ranks):
+    return {} if ranks == [2, 2] or tuple(ranks) == (2, 2) else None
+
+
+def _attrs_bmm(ch, ranks):
+    return {} if tuple(ranks) == (3, 3) else None
+
+
+_RESHAPE_MODES = ("split", "merge", "flatten", "general")
+
+
+def _attrs_reshape(ch, ranks):
+    r = ranks[0]
+    mode = _RESHAPE_MODES[ch.integers(0, len(_RESHAPE_MODES) - 1)]
+    if mode == "split":
+        if r >= MAX_RANK:
+            return None
+        return {"_mode": mode, "_at": ch.integers(0, r - 1), "_k": ch.choice((2, 3, 4, 8))}
+    if mode == "merge":
+        if r < 2:
+            return None
+        return {"_mode": mode, "_at": ch.integers(0, r - 2)}
+    if mode == "flatten":
+        return {"_mode": mode}
+    return {"_mode": mode, "_rank": ch.integers(1, 3)}
+
+
+def _attrs_permute(ch, ranks):
+    r = ranks[0]
+    if r < 2:
+        return None
+    perm = list(range(r))
+    for i in range(r - 1, 0, -1):  # Fisher-Yates with chooser draws
+        j = ch.integers(0, i)
+        perm[i], perm[j] = perm[j], perm[i]
+    return {"perm": perm}
+
+
+def _attrs_transpose(ch, ranks):
+    r = ranks[0]
+    if r < 2:
+        return None
+    i = ch.integers(0, r - 1)
+    j = ch.integers(0, r - 2)
+    if j >= i:
+        j += 1
+    return {"dim0": i, "dim1": j}
+
+
+def _attrs_expand(ch, ranks):
+    r = ranks[0]
+    new = ch.integers(0, _b.min(1, MAX_RANK - r))
+    return {"_new": new}
+
+
+def _attrs_unsqueeze(ch, ranks):
+    r = ranks[0]
+    if r >= MAX_RANK:
+        return None
+    return {"dim": ch.integers(0, r)}
+
+
+def _attrs_squeeze(ch, ranks):
+    r = ranks[0]
+    if r < 2:
+        return None
+    return {"dim": ch.integers(0, r - 1)}
+
+
+def _attrs_cat(ch, ranks):
+    if ranks[0] != ranks[1]:
+        return None
+    return {"dim": ch.integers(0, ranks[0] - 1)}
+
+
+def _attrs_index_select(ch, ranks):
+    return {"dim": ch.integers(0, ranks[0] - 1)}
+
+
+# ----------------------------------------------------------------------------------------------
+# OpSpec
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    name: str
+    arity: int
+    kind: str
+    shape_rule: Callable[[Sequence[Shape], dict], tuple[list, Shape]]
+    sample_attrs: Callable[[Any, Sequence[int]], dict | None]
+    torch_fn: Callable[..., torch.Tensor]
+    domain: str | None = None  # "positive" | "nonzero" | None
+    domain_positions: tuple[int, ...] = ()
+    error: str = ""  # bound.py rule key ("" = same as name)
+    guard_only: bool = False  # only inserted by the generator as a guard, never drawn
+
+    def domain_args(self, attrs: dict) -> tuple[int, ...]:
+        """Argument positions that need ``domain`` (pow: only for fractional exponents)."""
+        if self.name == "pow":
+            e = float(attrs.get("exponent", 2.0))
+            return (0,) if e != math.floor(e) else ()
+        return self.domain_positions
+
+    def sample(self, chooser: Any, in_ranks: Sequence[int]) -> dict | None:
+        return self.sample_attrs(chooser, in_ranks)
+
+    def public_attrs(self, attrs: dict) -> dict:
+        """Attrs without generator-private keys (those starting with ``_``)."""
+        return {k: v for k, v in attrs.items() if not k.startswith("_")}
+
+
+def _spec(name, arity, kind, rule, attrs, domain=None, positions=(), error=None, guard_only=False):
+    fn = globals()[name]
+
+    def sample_attrs(chooser, in_ranks, _f=attrs):
+        return _f(as_chooser(chooser), list(in_ranks))
+
+    return OpSpec(
+        name=name,
+        arity=arity,
+        kind=kind,
+        shape_rule=rule,
+        sample_attrs=sample_attrs,
+        torch_fn=fn,
+        domain=domain,
+        domain_positions=positions,
+        error=error or name,
+        guard_only=guard_only,
+    )
+
+
+def _unary(name, domain=None):
+    return _spec(name, 1, "elementwise", _rule_same, _attrs_none, domain, (0,) if domain else ())
+
+
+OPS: dict[str, OpSpec] = {}
+for _s in [
+    _unary("abs"),
+    _unary("neg"),
+    _unary("exp"),
+    _unary("log", "positive"),
+    _unary("sqrt", "positive"),
+    _unary("rsqrt", "positive"),
+    _unary("tanh"),
+    _unary("sigmoid"),
+    _unary("relu"),
+    _unary("gelu"),
+    _unary("sin"),
+    _unary("cos"),
+    _unary("reciprocal", "nonzero"),
+    _spec("pow", 1, "elementwise", _rule_same, _attrs_pow, "positive", (0,)),
+    _spec("clamp", 1, "elementwise", _rule_same, _attrs_clamp),
+    _spec("add_scalar", 1, "elementwise", _rule_same, _attrs_add_scalar, guard_only=True),
+    _spec("add", 2, "elementwise", _rule_broadcast, _attrs_none),
+    _spec("sub", 2, "elementwise", _rule_broadcast, _attrs_none),
+    _spec("mul", 2, "elementwise", _rule_broadcast, _attrs_none),
+    _spec("div", 2, "elementwise", _rule_broadcast, _attrs_none, "nonzero", (1,)),
+    _spec("maximum", 2, "elementwise", _rule_broadcast, _attrs_none),
+    _spec("minimum", 2, "elementwise", _rule_broadcast, _attrs_none),
+    _spec("where_gt", 4, "elementwise", _rule_broadcast, _attrs_none),
+    _spec("matmul", 2, "matmul", _rule_matmul, _attrs_matmul),
+    _spec("bmm", 2, "matmul", _rule_bmm, _attrs_bmm),
+    _spec("softmax", 1, "normalization", _rule_same, _attrs_dim),
+    _spec("log_softmax", 1, "normalization", _rule_same, _attrs_dim),
+    _spec("layer_norm", 1, "normalization", _rule_same, _attrs_dim),
+    _spec("sum", 1, "reduction", _rule_reduce, _attrs_reduce),
+    _spec("mean", 1, "reduction", _rule_reduce, _attrs_reduce),
+    _spec("amax", 1, "reduction", _rule_reduce, _attrs_reduce),
+    _spec("amin", 1, "reduction", _rule_reduce, _attrs_reduce),
+    _spec("cumsum", 1, "scan", _rule_same, _attrs_dim),
+    _spec("reshape", 1, "layout", _rule_reshape, _attrs_reshape),
+    _spec("permute", 1, "layout", _rule_permute, _attrs_permute),
+    _spec("transpose", 1, "layout", _rule_transpose, _attrs_transpose),
+    _spec("expand", 1, "layout", _rule_expand, _attrs_expand),
+    _spec("unsqueeze", 1, "layout", _rule_unsqueeze, _attrs_unsqueeze),
+    _spec("squeeze", 1, "layout", _rule_squeeze, _attrs_squeeze),
+    _spec("cat", 2, "concat", _rule_cat, _attrs_cat),
+    _spec("index_select", 1, "gather", _rule_index_select, _attrs_index_select),
+]:
+    OPS[_s.name] = _s
+
+#: ops the generators draw from by default (guard-only helpers excluded)
+DEFAULT_OPS: tuple[str, ...] = tuple(n for n, s in OPS.items() if not s.guard_only)
+
+
+def finalize_attrs(op: str, attrs: dict, in_shapes: Sequence[Sequence[int]],
+                   out_shape: Sequence[int], chooser: Any) -> dict:
+    """Public attrs of a node once concrete shapes are known (fills shape / index attrs)."""
+    spec = OPS[op]
+    out = spec.public_attrs(attrs)
+    if op in ("reshape", "expand"):
+        out["shape"] = [int(d) for d in out_shape]
+    elif op == "index_select":
+        ch = as_chooser(chooser)
+        dim = attrs["dim"]
+        n_in = int(in_shapes[0][dim])
+        n_out = int(out_shape[dim])
+        step = ch.integers(0, n_in - 1) if n_in > 1 else 0
+        start = ch.integers(0, n_in - 1) if n_in > 1 else 0
+        rev = ch.boolean()
+        idx = [(start + step * j) % n_in for j in range(n_out)]
+        if rev:
+            idx = idx[::-1]
+        out["index"] = idx
+    return out
+
+
+def eval_shape(op: str, attrs: dict, in_shapes: Sequence[Sequence[int]]) -> list[int]:
+    """Concrete output shape of ``op`` on concrete input shapes (public attrs), via torch meta."""
+    metas = [torch.empty(tuple(s), device="meta", dtype=torch.float32) for s in in_shapes]
+    return list(OPS[op].torch_fn(*metas, **attrs).shape)

@@ -1,0 +1,140 @@
+"""Target ``compiler``: graph compilers against an eager float64 reference.
+
+Inputs: ``{"graph": graph, "dtype": "float32"|"float16"|"bfloat16", "dynamic": bool,
+"values": [float32 arrays, one per graph input, exactly representable in dtype]}`` -- the graph
+is plain JSON (:mod:`fuzzkit.graphs`), built into a ``torch.fx.GraphModule`` whose
+call_function targets are :mod:`fuzzkit.graphs.ops` functions.
+
+Implementations (each call compiles the case's graph once, with the inputs cast to ``dtype``):
+
+* ``inductor``: ``torch.compile(backend="inductor", dynamic=case["dynamic"], fullgraph=True)``
+  (:mod:`.inductor`; C++ on CPU, Triton on GPU);
+* ``fusing``: the in-project fusing compiler (:mod:`.fusing`): elementwise chains and last-dim
+  reductions fused into generated Triton kernels, everything else eager.  Its miscompile
+  mutants live in :mod:`.mutants`.
+
+Outputs: ``{"outputs": [float64 arrays]}`` (the compiled result in ``dtype``, widened).  The
+reference (eager float64, :func:`fuzzkit.graphs.build.run_reference`) adds ``"intermediates"``
+(every input and node), which the oracle (:mod:`.checks`) uses for per-node error bounds and the
+divergence signature ``mismatch:<op>:<dtype>:<error_class>``.
+
+:func:`compile_calls` counts compiles in this process (bisection reports it).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable, Mapping
+
+from fuzzkit import triton_support
+from fuzzkit.target import Implementation, Target
+
+_COUNT = [0]
+_LOCK = threading.Lock()
+
+DTYPES = ("float32", "float16", "bfloat16")
+
+
+def count_compile() -> None:
+    with _LOCK:
+        _COUNT[0] += 1
+
+
+def compile_calls() -> int:
+    """How many graph compiles (any implementation) this process has made."""
+    return _COUNT[0]
+
+
+def torch_dtype(name: str) -> Any:
+    import torch
+
+    return {"float32": torch.float32, "float16": torch.float16,
+            "bfloat16": torch.bfloat16}[name]
+
+
+def run_compiled(compile_fx: Callable[..., Any], inputs: Mapping[str, Any], device: str,
+                 **options: Any) -> dict[str, Any]:
+    """Build the case's graph, compile it with ``compile_fx`` and run it on the case's values."""
+    import numpy as np
+    import torch
+
+    from fuzzkit.graphs import build
+
+    gm = build.to_graph_module(inputs["graph"])
+    dtype = torch_dtype(inputs["dtype"])
+    tensors = [torch.as_tensor(np.asarray(v, dtype=np.float32)).to(device=device, dtype=dtype)
+               for v in inputs["values"]]
+    compiled = compile_fx(gm, tensors, **options)
+    outs = compiled(*tensors)
+    return {"outputs": [o.detach().to(device="cpu", dtype=torch.float64).numpy()
+                        for o in outs]}
+
+
+def _fusing_run(inputs: Mapping[str, Any]) -> dict[str, Any]:
+    from targets.compiler import fusing
+
+    return run_compiled(fusing.compile_fx, inputs, triton_support.device())
+
+
+def _inductor_run(inputs: Mapping[str, Any]) -> dict[str, Any]:
+    import torch
+
+    from targets.compiler import inductor
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    return run_compiled(inductor.compile_fx, inputs, device, dynamic=bool(inputs.get("dynamic")))
+
+
+def reference(inputs: Mapping[str, Any]) -> dict[str, Any]:
+    """Eager float64: every output plus every intermediate (inputs and nodes)."""
+    from fuzzkit.graphs import build
+
+    graph = inputs["graph"]
+    values = build.run_reference(graph, inputs["values"])
+    return {"outputs": [values[name] for name in graph["outputs"]], "intermediates": values}
+
+
+def _strategy() -> Any:
+    from targets.compiler import strategies
+
+    return strategies.inputs()
+
+
+def _inductor_unavailable() -> Any:
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return "needs torch: pip install torch"
+    return None
+
+
+def target() -> Target:
+    """The ``compiler`` target (entry point ``targets.compiler:target``)."""
+    from targets.compiler import checks
+    from targets.compiler.mutants import MUTANTS
+
+    return Target(
+        name="compiler",
+        description="random fx graphs compiled by torch.compile (Inductor) and an in-project "
+                    "fusing Triton compiler, in float32/float16/bfloat16, vs eager float64",
+        strategy=_strategy,
+        reference=reference,
+        implementations={
+            "fusing": Implementation(
+                "fusing", _fusing_run, backend="triton",
+                description="in-project fusing compiler: elementwise chains + last-dim "
+                            "reductions as generated Triton kernels, the rest eager",
+                unavailable=triton_support.unavailable_with("targets.compiler.fusing.runtime"),
+            ),
+            "inductor": Implementation(
+                "inductor", _inductor_run, backend="torch",
+                description="torch.compile(backend='inductor', fullgraph=True), static or "
+                            "dynamic shapes (C++ on CPU, Triton on GPU)",
+                unavailable=_inductor_unavailable,
+            ),
+        },
+        oracle=checks.oracle,
+        mutants=MUTANTS,
+        reducible=(),
+        validate=checks.validate,
+    )

@@ -1,0 +1,352 @@
+"""Triton source for one fused group, written to a content-hashed file and imported.
+
+A group (see :mod:`.partition`) is an expression tree of elementwise ops over its *leaves* (the
+tensors it reads), optionally ending in one last-dim reduction.  The generated kernel
+
+* walks the flattened index of the group's full (broadcast) shape, unravels it into one index
+  per dimension with the shape baked in as constants, and loads every leaf at
+  ``sum_d i_d * stride_d`` where the strides are those of the leaf *broadcast to the full shape*,
+  computed on the host at launch time: a broadcast dimension has stride 0 and a permuted
+  (non-contiguous) leaf keeps its real strides, so neither needs a copy;
+* evaluates the expression tree in float32 registers (one temp per node, from
+  :data:`TEMPLATES`);
+* stores float32 (the host rounds to the case dtype with torch, which rounds to nearest even --
+  the Triton interpreter truncates float32 -> bfloat16 casts);
+* for a reduction group: a tile of ``ROWS`` rows x ``BLOCK = next_pow2(n)`` columns per program,
+  masked columns set to the reduction's identity, a float32 accumulator, ``mean`` divided by n.
+
+Under the interpreter every program costs milliseconds, so elementwise blocks cover up to 4096
+elements and reduction tiles up to 4096 cells: most groups are one program.
+
+The text templates are module constants on purpose: :mod:`targets.compiler.mutants` makes each
+miscompile by replacing exactly one line of this file (``fuzzkit.kernel_mutation``), and
+:func:`compile_group` is looked up by the runtime at call time, so a mutant swaps it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib.util
+import math
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Callable, Optional, Sequence
+
+from fuzzkit import triton_support
+
+triton_support.prepare()
+
+#: One float32 expression per elementwise op; ``{a}``, ``{b}``, ``{c}``, ``{d}`` are operand
+#: temps, other fields come from attrs.  NaN-propagating forms where torch propagates NaN.
+TEMPLATES: dict[str, str] = {
+    "abs": "tl.abs({a})",
+    "neg": "(-{a})",
+    "exp": "tl.exp({a})",
+    "log": "tl.log({a})",
+    "sqrt": "tl.sqrt({a})",
+    "rsqrt": "(1.0 / tl.sqrt({a}))",
+    "sigmoid": "(1.0 / (1.0 + tl.exp(-{a})))",
+    "relu": "tl.where({a} < 0.0, 0.0, {a})",
+    "gelu": "(0.5 * {a} * (1.0 + tl.erf({a} * 0.7071067811865476)))",
+    "sin": "tl.sin({a})",
+    "cos": "tl.cos({a})",
+    "reciprocal": "(1.0 / {a})",
+    "add": "({a} + {b})",
+    "sub": "({a} - {b})",
+    "mul": "({a} * {b})",
+    "div": "({a} / {b})",
+    "maximum": "tl.where({a} != {a}, {a}, tl.where({a} > {b}, {a}, {b}))",
+    "minimum": "tl.where({a} != {a}, {a}, tl.where({a} < {b}, {a}, {b}))",
+    "where_gt": "tl.where({a} > {b}, {c}, {d})",
+    "add_scalar": "({a} + {value})",
+}
+
+#: Clamp bounds, one line each (``None`` bound: that side is left out).
+CLAMP_MIN = "tl.where({a} < {lo}, {lo}, {a})"
+CLAMP_MAX = "tl.where({a} > {hi}, {hi}, {a})"
+
+#: pow with a scalar exponent: small integer powers by repeated multiplication, square roots.
+POW_TEMPLATES: dict[float, str] = {
+    0.0: "({a} * 0.0 + 1.0)",
+    1.0: "({a})",
+    2.0: "({a} * {a})",
+    3.0: "({a} * {a} * {a})",
+    -1.0: "(1.0 / {a})",
+    -2.0: "(1.0 / ({a} * {a}))",
+    0.5: "tl.sqrt({a})",
+    1.5: "({a} * tl.sqrt({a}))",
+    -0.5: "(1.0 / tl.sqrt({a}))",
+}
+
+REDUCTIONS = ("sum", "mean", "amax", "amin")
+
+HEADER = [
+    "import triton",
+    "import triton.language as tl",
+    "",
+    "",
+    "@triton.jit",
+]
+
+ELEMENTWISE_PROLOGUE = [
+    "    pid = tl.program_id(0)",
+    "    offs = pid * BLOCK + tl.arange(0, BLOCK)",
+    "    mask = offs < N",
+    "    flat = offs",
+]
+
+ELEMENTWISE_EPILOGUE = [
+    "    tl.store(out_ptr + offs, {result}, mask=mask)",
+]
+
+REDUCTION_PROLOGUE = [
+    "    pid = tl.program_id(0)",
+    "    r1 = pid * ROWS + tl.arange(0, ROWS)",
+    "    rows = r1[:, None]",
+    "    cols = tl.arange(0, BLOCK)[None, :]",
+    "    cmask = cols < N",
+    "    mask = (rows < R) & cmask",
+    "    flat = rows * N + cols",
+]
+
+REDUCTION_BODY: dict[str, list[str]] = {
+    "sum": ["    acc = tl.sum(tl.where(mask, {src}, 0.0), axis=1)"],
+    "mean": ["    acc = tl.sum(tl.where(mask, {src}, 0.0), axis=1) / N"],
+    "amax": ["    acc = tl.max(tl.where(mask, {src}, float('-inf')), axis=1)"],
+    "amin": ["    acc = tl.min(tl.where(mask, {src}, float('inf')), axis=1)"],
+}
+
+REDUCTION_EPILOGUE = [
+    "    tl.store(out_ptr + r1, acc, mask=r1 < R)",
+]
+
+#: Cells per program: elementwise block and reduction tile (rows x next_pow2(n)).
+MAX_BLOCK = 4096 if triton_support.interpreted() else 1024
+
+
+@dataclasses.dataclass
+class GroupSpec:
+    """What codegen needs to know about a group (built by :mod:`.partition`).
+
+    ``nodes``: (name, op, arg names, attrs) in topological order, the last one the group's
+    result; ``leaves``: names of the tensors read (graph inputs or values made outside);
+    ``leaf_shapes``: their shapes; ``shape``: the full (broadcast) shape of the elementwise part
+    -- for a reduction group, the shape of the reduced tensor; ``reduction``: None or the last
+    node's op (a last-dim sum/mean/amax/amin).
+    """
+
+    nodes: list[tuple[str, str, list[str], dict[str, Any]]]
+    leaves: list[str]
+    leaf_shapes: list[tuple[int, ...]]
+    shape: tuple[int, ...]
+    reduction: Optional[str] = None
+
+
+def next_pow2(n: int) -> int:
+    return 1 << max(0, int(n) - 1).bit_length()
+
+
+def _dense_strides(shape: Sequence[int], full: Sequence[int]) -> list[int]:
+    """Strides of a contiguous tensor of ``shape`` right-aligned in ``full``; broadcast dims 0."""
+    strides, step = [], 1
+    shape = [1] * (len(full) - len(shape)) + list(shape)
+    for size, target in zip(reversed(shape), reversed(list(full))):
+        strides.append(step if size == target and size != 1 else 0)
+        step *= size
+    return list(reversed(strides))
+
+
+def _is_dense(t: Any) -> bool:
+    """Whether ``t`` covers its storage span exactly (contiguous in *some* dimension order)."""
+    expected = 1
+    for d in sorted(range(t.dim()), key=t.stride):
+        if t.shape[d] == 1:
+            continue
+        if t.stride(d) != expected:
+            return False
+        expected *= t.shape[d]
+    return True
+
+
+def _leaf_strides(t: Any, full: Sequence[int]) -> list[int]:
+    """Element strides of leaf ``t`` viewed at the group's full shape (broadcast dims 0)."""
+    import torch
+
+    strides = list(torch.broadcast_to(t, tuple(full)).stride())
+    return strides
+
+
+def _offset(j: int, rank: int, broadcast: bool) -> str:
+    """The load offset of leaf ``j`` from the per-dimension indices ``i0..i{rank-1}``."""
+    terms = [f"i{d} * s{j}_{d}" for d in range(rank)]
+    return " + ".join(terms) if terms else "flat * 0"
+
+
+def _expr(op: str, args: list[str], attrs: dict[str, Any]) -> str:
+    names = dict(zip("abcd", args))
+    if op == "clamp":
+        expr = args[0]
+        lo, hi = attrs.get("min"), attrs.get("max")
+        if lo is not None:
+            expr = CLAMP_MIN.format(a=expr, lo=_literal(lo))
+        if hi is not None:
+            expr = CLAMP_MAX.format(a=expr, hi=_literal(hi))
+        return expr
+    if op == "pow":
+        return POW_TEMPLATES[float(attrs["exponent"])].format(**names)
+    scalars = {k: _literal(v) for k, v in attrs.items()
+               if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    return TEMPLATES[op].format(**names, **scalars)
+
+
+def _literal(value: Any) -> str:
+    value = float(value)
+    if math.isinf(value):
+        return "float('inf')" if value > 0 else "float('-inf')"
+    return repr(value)
+
+
+def supported(op: str, attrs: dict[str, Any]) -> bool:
+    """Whether the elementwise op (with these attrs) has a template."""
+    if op == "clamp":
+        return True
+    if op == "pow":
+        try:
+            return float(attrs.get("exponent")) in POW_TEMPLATES
+        except (TypeError, ValueError):
+            return False
+    return op in TEMPLATES
+
+
+def kernel_source(spec: GroupSpec, name: str = "fused_kernel") -> tuple[str, dict[str, int]]:
+    """The Triton source of ``spec`` and its launch constants (BLOCK, ROWS)."""
+    full = tuple(int(s) for s in spec.shape)
+    rank = len(full)
+    params = ["out_ptr"] + [f"in{j}" for j in range(len(spec.leaves))]
+    for j in range(len(spec.leaves)):
+        params += [f"s{j}_{d}" for d in range(rank)]
+    lines = list(HEADER)
+    if spec.reduction is None:
+        n = max(1, math.prod(full))
+        block = min(MAX_BLOCK, next_pow2(n))
+        consts = {"BLOCK": block, "ROWS": 1}
+        lines.append(f"def {name}({', '.join(params + ['N', 'BLOCK: tl.constexpr'])}):")
+        lines += ELEMENTWISE_PROLOGUE
+    else:
+        n = full[-1] if rank else 1
+        block = next_pow2(n)
+        rows = max(1, math.prod(full[:-1]) if rank else 1)
+        consts = {"BLOCK": block, "ROWS": max(1, min(next_pow2(rows), MAX_BLOCK // block))}
+        params += ["N", "R", "BLOCK: tl.constexpr", "ROWS: tl.constexpr"]
+        lines.append(f"def {name}({', '.join(params)}):")
+        lines += REDUCTION_PROLOGUE
+    # unravel the flat index (row-major over the full shape)
+    for d in range(rank - 1, -1, -1):
+        if d == 0:
+            lines.append(f"    i{d} = flat")
+        else:
+            lines.append(f"    i{d} = flat % {full[d]}")
+            lines.append(f"    flat = flat // {full[d]}")
+    temp: dict[str, str] = {}
+    loads: list[str] = []
+    for j, (leaf, shape) in enumerate(zip(spec.leaves, spec.leaf_shapes)):
+        broadcast = tuple(int(s) for s in shape) != full
+        offset = _offset(j, rank, broadcast)
+        lines.append(f"    x{j} = tl.load(in{j} + {offset}, mask=mask, other=0.0).to(tl.float32)")
+        temp[leaf] = f"x{j}"
+        loads.append(f"x{j}")
+    ops_of: dict[str, str] = {}
+    first: dict[str, str] = {}
+    elementwise = spec.nodes[:-1] if spec.reduction is not None else spec.nodes
+    for k, (node, op, arg_names, attrs) in enumerate(elementwise):
+        args = [temp[a] for a in arg_names]
+        lines.append(f"    t{k} = {_expr(op, args, attrs)}")
+        temp[node] = f"t{k}"
+        ops_of[node] = op
+        first[node] = args[0]
+    if spec.reduction is None:
+        result = temp[spec.nodes[-1][0]]
+        lines += [line.format(result=result) for line in ELEMENTWISE_EPILOGUE]
+    else:
+        red_arg = spec.nodes[-1][2][0]
+        src = temp[red_arg]
+        lines += [line.format(src=src) for line in REDUCTION_BODY[spec.reduction]]
+        lines += REDUCTION_EPILOGUE
+    return "\n".join(lines) + "\n", consts
+
+
+# --------------------------------------------------------------------------------------------
+# source files and imports
+
+_MODULES: dict[str, Any] = {}
+_CACHE: list[Path] = []
+
+
+def cache_dir() -> Path:
+    """Where generated kernels live: ``$FUZZKIT_FUSING_CACHE`` or a per-process temp dir."""
+    if not _CACHE:
+        root = os.environ.get("FUZZKIT_FUSING_CACHE")
+        path = Path(root) if root else Path(tempfile.gettempdir()) / f"fuzzkit_fusing_{os.getpid()}"
+        path.mkdir(parents=True, exist_ok=True)
+        _CACHE.append(path)
+    return _CACHE[0]
+
+
+def load_kernel(source: str, name: str = "fused_kernel") -> Any:
+    """Write ``source`` to ``<cache>/fk_<sha>.py`` (once) and return its ``name`` function."""
+    digest = hashlib.sha256(source.encode()).hexdigest()[:20]
+    module_name = f"fk_{digest}"
+    if module_name not in _MODULES:
+        path = cache_dir() / f"{module_name}.py"
+        if not path.exists() or path.read_text() != source:
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(source)
+            os.replace(tmp, path)
+        spec = importlib.util.spec_from_file_location(module_name, path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module
+        spec.loader.exec_module(module)
+        _MODULES[module_name] = module
+    return getattr(_MODULES[module_name], name)
+
+
+def compile_group(spec: GroupSpec) -> Callable[..., Any]:
+    """A launcher ``(*leaf_tensors) -> float32 tensor`` (the group's result shape, flattened
+    for reductions: ``prod(shape[:-1])`` values) for ``spec``; the source is on ``.source``."""
+    import numpy as np
+    import torch
+    import triton
+
+    source, consts = kernel_source(spec)
+    kernel = load_kernel(source)
+    full = tuple(int(s) for s in spec.shape)
+    rank = len(full)
+
+    def launch(*leaves: Any) -> Any:
+        device = leaves[0].device if leaves else torch.device(triton_support.device())
+        args: list[Any] = []
+        for t in leaves:
+            args += _leaf_strides(t, full) if rank else []
+        # masked-off lanes compute on the ``other`` value (log(0), 1/0): harmless, but the
+        # interpreter's NumPy would warn about them
+        with np.errstate(all="ignore"):
+            if spec.reduction is None:
+                n = max(1, math.prod(full))
+                out = torch.zeros(n, dtype=torch.float32, device=device)
+                grid = (triton.cdiv(n, consts["BLOCK"]),)
+                kernel[grid](out, *leaves, *args, n, BLOCK=consts["BLOCK"])
+                return out.reshape(full)
+            n = full[-1] if rank else 1
+            rows = max(1, math.prod(full[:-1]) if rank else 1)
+            out = torch.zeros(rows, dtype=torch.float32, device=device)
+            grid = (triton.cdiv(rows, consts["ROWS"]),)
+            kernel[grid](out, *leaves, *args, n, rows, BLOCK=consts["BLOCK"],
+                         ROWS=consts["ROWS"])
+            return out
+
+    launch.source = source  # type: ignore[attr-defined]
+    return launch

@@ -1,0 +1,69 @@
+"""Run a partitioned graph: fused groups launch their generated kernels, every other node runs
+as an eager torch op in the case dtype."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import torch
+import torch.fx
+from torch.fx.passes.shape_prop import ShapeProp
+
+from targets.compiler.fusing import codegen, partition
+
+
+class FusedProgram:
+    """The compiled form of a GraphModule: a callable ``(*tensors) -> tuple of tensors``."""
+
+    def __init__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[torch.Tensor]):
+        self.gm = gm
+        ShapeProp(gm).propagate(*example_inputs)
+        self.groups = partition.partition(gm)
+        self.launchers: dict[torch.fx.Node, tuple[Callable[..., Any], list[torch.fx.Node],
+                                                  partition.Group]] = {}
+        self.internal: set[torch.fx.Node] = set()
+        for g in self.groups:
+            # looked up at compile time through the module, so a mutant's swap takes effect
+            launcher = codegen.compile_group(g.spec())
+            self.launchers[g.result] = (launcher, g.leaves(), g)
+            self.internal.update(g.nodes[:-1])
+
+    @property
+    def sources(self) -> list[str]:
+        return [launcher.source for launcher, _, _ in self.launchers.values()]
+
+    def __call__(self, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        env: dict[torch.fx.Node, Any] = {}
+        placeholders = iter(tensors)
+        dtype = tensors[0].dtype if tensors else torch.float32
+        for node in self.gm.graph.nodes:
+            if node.op == "placeholder":
+                env[node] = next(placeholders)
+            elif node.op == "output":
+                result = torch.fx.node.map_arg(node.args[0], env.__getitem__)
+                return tuple(result) if isinstance(result, (tuple, list)) else (result,)
+            elif node in self.internal:
+                continue
+            elif node in self.launchers:
+                launcher, leaves, group = self.launchers[node]
+                out = launcher(*[env[leaf] for leaf in leaves])
+                env[node] = out.to(dtype).reshape(partition.shape_of(node))
+            elif node.op == "call_function":
+                args = torch.fx.node.map_arg(node.args, env.__getitem__)
+                kwargs = torch.fx.node.map_arg(node.kwargs, env.__getitem__)
+                env[node] = node.target(*args, **kwargs)
+            elif node.op == "get_attr":
+                env[node] = getattr(self.gm, node.target)
+            else:
+                raise NotImplementedError(f"fusing compiler: unsupported node {node.format_node()}")
+        raise RuntimeError("graph without an output node")
+
+
+def compile_fx(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.Tensor]
+               ) -> FusedProgram:
+    """Compile ``gm`` (call_function targets from fuzzkit.graphs.ops) for inputs shaped like
+    ``example_inputs``; one call = one compile (counted)."""
+    from targets.compiler import count_compile
+
+    count_compile()
+    return FusedProgram(gm, list(example_inputs))

@@ -1,0 +1,355 @@
+"""fuzzkit.graphs: z3 shape rules, generation, fx building / reference, subgraphs, values, bounds."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+
+import numpy as np
+import pytest
+import torch
+import z3
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from fuzzkit.graphs import bound, build, generate, ops, values
+from fuzzkit.graphs.ops import OPS
+
+DTYPES = ("float32", "float16", "bfloat16")
+
+
+# ----------------------------------------------------------------------------------------------
+# shape rules: one sat and one unsat case each
+# ----------------------------------------------------------------------------------------------
+
+
+def _check(op, shapes, attrs, pins=None):
+    """Run op's shape rule on concrete input shapes; ``pins`` fixes output dims. -> (sat, out)."""
+    ops.reset_z3(None)
+    zs = [[z3.IntVal(d) for d in s] for s in shapes]
+    cons, out = OPS[op].shape_rule(zs, attrs)
+    s = z3.Solver()
+    s.add(*cons)
+    for d in out:
+        s.add(d >= 1)
+    if pins is not None:
+        s.add(*[d == p for d, p in zip(out, pins)])
+    if s.check() != z3.sat:
+        return False, None
+    m = s.model()
+    return True, [m.eval(d, model_completion=True).as_long() for d in out]
+
+
+SHAPE_CASES = [
+    # (op, attrs, sat shapes, unsat shapes, pins for the unsat case)
+    ("add", {}, [[4, 7], [7]], [[4, 7], [6]], None),
+    ("mul", {}, [[4, 1], [1, 5]], [[3, 5], [4, 5]], None),
+    ("where_gt", {}, [[4, 1], [1, 5], [5], [4, 5]], [[4, 5], [4, 5], [3, 5], [4, 5]], None),
+    ("matmul", {}, [[3, 5], [5, 2]], [[3, 5], [4, 2]], None),
+    ("bmm", {}, [[2, 3, 5], [2, 5, 4]], [[2, 3, 5], [3, 5, 4]], None),
+    ("cat", {"dim": 1}, [[2, 3], [2, 5]], [[2, 3], [3, 3]], None),
+    ("squeeze", {"dim": 1}, [[4, 1, 3]], [[4, 2, 3]], None),
+    ("reshape", {"_mode": "split", "_at": 0, "_k": 4}, [[8, 3]], [[6, 3]], None),
+    ("reshape", {"_mode": "general", "_rank": 2}, [[6, 4]], [[6, 4]], [5, 5]),
+    ("expand", {"_new": 1}, [[1, 3]], [[2, 3]], [4, 5, 3]),
+]
+
+
+@pytest.mark.parametrize("op,attrs,sat_shapes,unsat_shapes,pins", SHAPE_CASES)
+def test_shape_rule_sat_and_unsat(op, attrs, sat_shapes, unsat_shapes, pins):
+    ok, out = _check(op, sat_shapes, attrs)
+    assert ok
+    pub = dict(OPS[op].public_attrs(attrs))
+    if op in ("reshape", "expand"):
+        pub["shape"] = out
+    assert ops.eval_shape(op, pub, sat_shapes) == out
+    ok, _ = _check(op, unsat_shapes, attrs, pins)
+    assert not ok
+
+
+@pytest.mark.parametrize("op", ["sum", "mean", "amax", "amin"])
+def test_reduction_rule_matches_torch(op):
+    for keep in (True, False):
+        ok, out = _check(op, [[3, 4, 5]], {"dim": 1, "keepdim": keep})
+        assert ok and out == ops.eval_shape(op, {"dim": 1, "keepdim": keep}, [[3, 4, 5]])
+
+
+def test_layout_rules_match_torch():
+    cases = [
+        ("permute", {"perm": [2, 0, 1]}, [[3, 4, 5]]),
+        ("transpose", {"dim0": 0, "dim1": 2}, [[3, 4, 5]]),
+        ("unsqueeze", {"dim": 1}, [[3, 4]]),
+        ("softmax", {"dim": 0}, [[3, 4]]),
+        ("layer_norm", {"dim": 0}, [[3, 4]]),
+        ("cumsum", {"dim": 1}, [[3, 4]]),
+        ("reshape", {"_mode": "merge", "_at": 0}, [[3, 4, 5]]),
+        ("reshape", {"_mode": "flatten"}, [[3, 4, 5]]),
+    ]
+    for op, attrs, shapes in cases:
+        ok, out = _check(op, shapes, attrs)
+        pub = OPS[op].public_attrs(attrs)
+        if op == "reshape":
+            pub["shape"] = out
+        assert ok and out == ops.eval_shape(op, pub, shapes), op
+
+
+def test_sample_attrs_rejects_bad_ranks():
+    rng = np.random.default_rng(0)
+    assert OPS["matmul"].sample(rng, [3, 2]) is None
+    assert OPS["bmm"].sample(rng, [2, 2]) is None
+    assert OPS["cat"].sample(rng, [2, 3]) is None
+    assert OPS["squeeze"].sample(rng, [1]) is None
+    assert OPS["permute"].sample(rng, [3])["perm"] is not None
+
+
+# ----------------------------------------------------------------------------------------------
+# generation
+# ----------------------------------------------------------------------------------------------
+
+
+def _graphs(n_graphs=40, lo=3, hi=30, seed=0):
+    rng = np.random.default_rng(seed)
+    for _ in range(n_graphs):
+        yield generate.random_graph(rng, int(rng.integers(lo, hi)))
+
+
+def _check_graph_runs(g, rng_or_vals, dtype="float32"):
+    assert build.validate_graph(g) is None
+    vals = rng_or_vals if isinstance(rng_or_vals, list) else values.random_values(g, rng_or_vals, dtype)
+    ref = build.run_reference(g, vals)
+    for inp, v in zip(g["inputs"], vals):
+        assert list(v.shape) == inp["shape"]
+    for n in g["nodes"]:
+        assert list(ref[n["name"]].shape) == n["shape"], n
+        assert np.isfinite(ref[n["name"]]).all(), n
+        assert int(np.prod(n["shape"])) <= generate.ELEMENT_CAP
+        spec = OPS[n["op"]]
+        for pos in spec.domain_args(n["attrs"]):
+            assert (ref[n["args"][pos]] > 0).all(), n
+        if n["op"] in ("matmul", "bmm"):
+            a, b = (build.shapes_of(g)[x] for x in n["args"])
+            assert a[-1] == b[-2]
+    return ref
+
+
+def test_generated_graphs_build_and_run_with_recorded_shapes():
+    rng = np.random.default_rng(1)
+    seen = set()
+    for g in _graphs(60, seed=1):
+        _check_graph_runs(g, rng)
+        seen |= {n["op"] for n in g["nodes"]}
+        gm = build.to_graph_module(g)
+        assert isinstance(gm, torch.fx.GraphModule)
+        for node in gm.graph.nodes:
+            if node.op == "call_function":
+                assert node.target.__module__ == "fuzzkit.graphs.ops"
+                assert getattr(ops, node.target.__name__) is node.target
+    missing = set(ops.DEFAULT_OPS) - seen
+    assert not missing, missing
+
+
+def test_domain_guards_use_intervals():
+    for g in _graphs(30, seed=2):
+        iv = generate.value_intervals(g)
+        for n in g["nodes"]:
+            for pos in OPS[n["op"]].domain_args(n["attrs"]):
+                assert iv[n["args"][pos]][0] >= generate.POSITIVE_MIN
+            lo, hi = iv[n["name"]]
+            assert max(abs(lo), abs(hi)) <= generate.MAGNITUDE_LIMIT, n
+
+
+def test_magnitude_guard_keeps_float16_finite():
+    rng = np.random.default_rng(3)
+    for g in _graphs(30, seed=3):
+        vals = values.random_values(g, rng, "float16")
+        out = build.run_eager(g, vals, "float16")
+        for n in g["nodes"]:
+            assert np.isfinite(out[n["name"]]).all(), n
+
+
+def test_determinism_and_json_round_trip():
+    a = generate.random_graph(np.random.default_rng(7), 40)
+    generate.random_graph(np.random.default_rng(8), 40)  # solver state must not leak
+    b = generate.random_graph(np.random.default_rng(7), 40)
+    assert a == b
+    c = json.loads(json.dumps(a))
+    assert c == a
+    vals = values.random_values(c, 0)
+    r1, r2 = build.run_reference(a, vals), build.run_reference(c, vals)
+    assert all(np.array_equal(r1[k], r2[k]) for k in r1)
+
+
+def test_op_subset_and_unknown_op():
+    g = generate.random_graph(np.random.default_rng(0), 15, ops=["add", "matmul", "sum", "reshape", "exp"])
+    assert {n["op"] for n in g["nodes"]} <= {"add", "matmul", "sum", "reshape", "exp", "abs",
+                                            "add_scalar", "clamp"}
+    with pytest.raises(KeyError):
+        generate.random_graph(np.random.default_rng(0), 5, ops=["nope"])
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.data())
+def test_graph_strategy_and_values(data):
+    g = data.draw(generate.graph_strategy(max_nodes=10))
+    assert 1 <= len(g["nodes"]) <= 10 and g["outputs"]
+    dtype = data.draw(st.sampled_from(DTYPES))
+    vals = data.draw(values.value_strategy(g, dtype))
+    for v in vals:
+        assert v.dtype == np.float32
+        assert np.array_equal(values.round_to_dtype(v, dtype), v)
+        assert np.abs(v).max(initial=0) <= generate.INPUT_BOUND
+    _check_graph_runs(g, vals)
+
+
+def test_graph_strategy_shrinks_to_small_graph():
+    from hypothesis import find
+
+    g = find(generate.graph_strategy(max_nodes=12),
+             lambda g: any(n["op"] == "sum" for n in g["nodes"]),
+             settings=settings(max_examples=300, deadline=None, database=None,
+                               suppress_health_check=list(HealthCheck)))
+    assert any(n["op"] == "sum" for n in g["nodes"])
+    assert len(g["nodes"]) <= 3, g
+
+
+def test_random_graph_timing():
+    for n in (200,):
+        t = time.perf_counter()
+        g = generate.random_graph(np.random.default_rng(0), n)
+        dt = time.perf_counter() - t
+        print(f"random_graph(n={n}): {len(g['nodes'])} nodes in {dt:.2f}s")
+        assert len(g["nodes"]) == n
+
+
+# ----------------------------------------------------------------------------------------------
+# subgraph / prefix
+# ----------------------------------------------------------------------------------------------
+
+
+def test_prefix_and_subgraph_reproduce_reference_values():
+    rng = np.random.default_rng(4)
+    for g in _graphs(15, lo=8, hi=25, seed=4):
+        vals = values.random_values(g, rng)
+        ref = build.run_reference(g, vals)
+        names = [n["name"] for n in g["nodes"]]
+        for i in sorted({0, len(names) // 2, len(names) - 1}):
+            p = build.prefix(g, i)
+            assert [n["name"] for n in p["nodes"]] == names[: i + 1]
+            assert p["outputs"][-1] == names[i] and len(set(p["outputs"])) == len(p["outputs"])
+            later = {a for n in g["nodes"][i + 1 :] for a in n["args"]}
+            assert {o for o in p["outputs"]} >= (later & set(names[: i + 1]))
+            pr = build.run_reference(p, vals)
+            assert all(np.array_equal(pr[k], ref[k]) for k in pr)
+        lo = int(rng.integers(0, len(names)))
+        hi = int(rng.integers(lo, len(names)))
+        keep = names[lo : hi + 1]
+        sg = build.subgraph(g, keep, [keep[-1]])
+        assert build.validate_graph(sg) is None
+        sv = [ref[i["name"]] for i in sg["inputs"]]
+        for i in sg["inputs"]:
+            assert i["shape"] == list(ref[i["name"]].shape)
+        sr = build.run_reference(sg, sv)
+        for k in keep:
+            assert np.array_equal(sr[k], ref[k])
+
+
+# ----------------------------------------------------------------------------------------------
+# values
+# ----------------------------------------------------------------------------------------------
+
+
+def test_bfloat16_rounding_matches_torch():
+    x = np.random.default_rng(0).normal(size=1000).astype(np.float32) * 10.0
+    x[:4] = [np.nan, np.inf, -np.inf, -0.0]
+    ours = values.round_to_dtype(x, "bfloat16")
+    theirs = torch.from_numpy(x).to(torch.bfloat16).float().numpy()
+    assert np.array_equal(ours, theirs, equal_nan=True)
+    h = values.round_to_dtype(x, "float16")
+    assert np.array_equal(h, torch.from_numpy(x).half().float().numpy(), equal_nan=True)
+
+
+def test_special_values():
+    vals = values.make_array(("special", 1.0), [64], 0, "float16")
+    assert (~np.isfinite(vals)).any() or (np.abs(vals) == 65504).any()
+
+
+# ----------------------------------------------------------------------------------------------
+# bounds
+# ----------------------------------------------------------------------------------------------
+
+
+def _bound_runs(n_graphs, seed):
+    rng = np.random.default_rng(seed)
+    for _ in range(n_graphs):
+        g = generate.random_graph(rng, int(rng.integers(3, 18)))
+        for dt in DTYPES:
+            vals = values.random_values(g, rng, dt)
+            ref = build.run_reference(g, vals)
+            eag = build.run_eager(g, vals, dt)
+            yield g, dt, ref, eag, bound.error_bounds(g, ref, dt)
+
+
+def test_bound_sound_for_eager_low_precision():
+    """~200 graphs x 3 dtypes: eager (rounds after every op) never leaves the bound; a doubled
+    result is always flagged; the bound is informative (finite, < |y|) at most nodes."""
+    violations = []
+    doubled_missed = 0
+    informative = total = 0
+    for g, dt, ref, eag, bd in _bound_runs(200, seed=11):
+        for n in g["nodes"]:
+            k = n["name"]
+            err = np.abs(eag[k] - ref[k])
+            if not (err <= bd[k]).all():
+                violations.append((dt, n["op"], k))
+        for o in g["outputs"]:
+            y, b = ref[o], bd[o]
+            j = int(np.argmax(np.abs(y)))
+            if abs(y.flat[j]) > 1e-3:
+                total += 1
+                informative += bool(b.flat[j] < 0.5 * abs(y.flat[j]))
+                if abs(2 * eag[o].flat[j] - y.flat[j]) <= b.flat[j]:
+                    doubled_missed += 1
+    assert not violations, violations[:10]
+    print(f"bound informative at {informative}/{total} outputs; doubled missed {doubled_missed}")
+    assert informative >= 0.9 * total
+    assert doubled_missed <= 0.1 * total
+
+
+def test_bound_flags_wrong_op_result_float32():
+    flagged = total = uninformative = 0
+    rng = np.random.default_rng(12)
+    for _ in range(60):
+        g = generate.random_graph(rng, int(rng.integers(3, 25)))
+        vals = values.random_values(g, rng, "float32")
+        ref = build.run_reference(g, vals)
+        bd = bound.error_bounds(g, ref, "float32")
+        cands = [n for n in g["nodes"] if n["op"] not in bound.LAYOUT_OPS]
+        n = cands[int(rng.integers(0, len(cands)))] if cands else g["nodes"][0]
+        y = ref[n["name"]]
+        j = int(np.argmax(np.abs(y)))
+        if abs(y.flat[j]) < 1e-6:
+            continue
+        total += 1
+        b = bd[n["name"]].flat[j]
+        if not b < 0.5 * abs(y.flat[j]):  # uninformative (e.g. an uncertain where branch)
+            uninformative += 1
+            continue
+        flagged += bool(abs(1.01 * y.flat[j] - y.flat[j]) > b)
+    assert total >= 40
+    assert uninformative <= 0.1 * total
+    assert flagged == total - uninformative, (flagged, total, uninformative)
+
+
+def test_bound_where_uncertain_branch():
+    g = {"inputs": [{"name": "x0", "shape": [2]}, {"name": "x1", "shape": [2]}],
+         "nodes": [{"name": "n0", "op": "exp", "args": ["x0"], "attrs": {}, "shape": [2]},
+                   {"name": "n1", "op": "where_gt", "args": ["n0", "x1", "x0", "x1"], "attrs": {},
+                    "shape": [2]}],
+         "outputs": ["n1"]}
+    vals = [np.array([0.0, 0.0], np.float32), np.array([1.0, 3.0], np.float32)]
+    ref = build.run_reference(g, vals)
+    bd = bound.error_bounds(g, ref, "float16")
+    assert bd["n1"][0] >= 1.0  # exp(0) == 1 vs 1: the branch is uncertain -> |c - d|
+    assert bd["n1"][1] < 3 * 2.0**-10  # clearly the x1 branch: only a rounding term
+    assert math.isfinite(float(bd["n1"].max()))
