@@ -12,6 +12,7 @@ import dataclasses
 import os
 import signal
 import sysconfig
+import tempfile
 import threading
 import traceback
 from pathlib import Path
@@ -176,7 +177,12 @@ def innermost_user_frame(tb: Optional[TracebackType]) -> Optional[tuple[str, str
 
 
 def _library_roots() -> tuple[str, ...]:
+    """Standard library, site-packages, and the temporary directory: code there is a library or
+    was generated at run time (Inductor's C++/Triton modules, Triton's caches, the fusing
+    compiler's kernels) under a content hash that changes with every input -- naming it would
+    split one bug into as many signatures as there are cases."""
     roots = {sysconfig.get_paths()[key] for key in ("stdlib", "platstdlib", "purelib", "platlib")}
+    roots.add(tempfile.gettempdir())
     return tuple(os.path.abspath(r) + os.sep for r in roots if r)
 
 

@@ -54,6 +54,14 @@ def _eval(graph: dict, values: list, dtype: Any, compiled: bool) -> dict[str, np
         for a in n["args"]:
             consumers[a] = consumers.get(a, 0) + 1
     producer = {n["name"]: n for n in graph["nodes"]}
+    if compiled and "twin_crash" in _bugs:
+        # the compiler crashes when two identical ops on the same value are both outputs (the
+        # Inductor C++ bug in corpus/compiler/findings: a twice-declared fused accumulator)
+        seen = {}
+        for n in graph["nodes"]:
+            key = (n["op"], tuple(n["args"]))
+            if n["name"] in graph["outputs"] and seen.setdefault(key, n["name"]) != n["name"]:
+                raise RuntimeError("conflicting declaration of a fused accumulator")
     for n in graph["nodes"]:
         args = [env[a] for a in n["args"]]
         op = n["op"]
@@ -118,7 +126,8 @@ def toy_target() -> Target:
         oracle=toy_oracle,
         mutants=[Mutant("reversed_sub", "toy", "operand order", "-", lambda: _bug("reversed_sub")),
                  Mutant("stale_sub_temp", "toy", "fusion", "-",
-                        lambda: _bug("stale_sub_temp"))])
+                        lambda: _bug("stale_sub_temp")),
+                 Mutant("twin_crash", "toy", "crash", "-", lambda: _bug("twin_crash"))])
 
 
 def toy_graph(rng: np.random.Generator, n: int) -> dict:
@@ -435,3 +444,21 @@ def test_window_inputs_are_reference_values_rounded_to_the_dtype() -> None:
         np.testing.assert_array_equal(value, round_to_dtype(ref[spec["name"]], "float16"))
     assert result.signature.endswith(":float16:value")
     assert round_to_dtype(np.array([1 + 2**-9]), "bfloat16")[0] == 1.0
+
+
+def test_a_crash_is_cut_to_the_ops_that_crash_together() -> None:
+    """A compiler crash has no diverging value to follow: every kept node stays an output and
+    ddmin finds the two twin ops (values fed from the reference), in a confirmed repro."""
+    target = toy_target()
+    inputs = toy_case(3, 30)
+    graph = inputs["graph"]
+    for k in range(2):
+        graph["nodes"].append({"name": f"twin{k}", "op": "clamp", "args": ["n7"], "attrs": {},
+                               "shape": SHAPE})
+        graph["outputs"].append(f"twin{k}")
+    with target.mutant("twin_crash").applied():
+        result = bisect(target, target.implementation("toy"), inputs)
+    assert result.original_failure.kind == "crash"
+    assert result.window == ["twin0", "twin1"]
+    assert result.confirmed and not result.nondeterministic
+    assert result.minimized_inputs["graph"]["outputs"] == ["twin0", "twin1"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 import time
 
 import numpy as np
@@ -85,6 +86,29 @@ def test_a_broken_localize_hook_keeps_the_original_failure(dot, hook) -> None:
     assert (failure.kind, failure.message, failure.signature) == (
         plain.kind, plain.message, plain.signature)
     assert failure.details["localization"]
+
+
+def test_crash_in_generated_code_is_keyed_by_the_caller(dot, tmp_path) -> None:
+    """Code written to the temporary directory at run time (Inductor's modules, kernels) has a
+    content-hashed name per input: the signature names the project frame that ran it."""
+    import importlib.util
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp())
+    sigs = set()
+    for n in (1, 2):
+        path = folder / f"generated_{n}_{abs(hash(str(tmp_path)))}.py"
+        path.write_text("def kernel(a):\n    raise RuntimeError('codegen error')\n")
+        spec = importlib.util.spec_from_file_location(path.stem, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+
+        def launch(inputs, kernel=module.kernel):
+            return kernel(inputs["a"])
+
+        inputs = {"a": np.ones(n, np.float32), "b": np.ones(n, np.float32)}
+        sigs.add(check_case(dot, Implementation("gen", launch), inputs).failure.signature)
+    assert sigs == {"crash:RuntimeError@tests/test_engine.py:launch"}
 
 
 def test_nondeterminism_is_flagged(dot) -> None:

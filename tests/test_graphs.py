@@ -353,3 +353,27 @@ def test_bound_where_uncertain_branch():
     assert bd["n1"][0] >= 1.0  # exp(0) == 1 vs 1: the branch is uncertain -> |c - d|
     assert bd["n1"][1] < 3 * 2.0**-10  # clearly the x1 branch: only a rounding term
     assert math.isfinite(float(bd["n1"].max()))
+
+
+def test_overflow_upstream_leaves_nothing_to_judge_downstream() -> None:
+    """x*x overflows float32 for x = 2e19 although float64 does not: that node and everything
+    after it get NaN bounds (no guarantee, not even the NaN/Inf pattern); a NaN or infinite
+    reference elsewhere keeps an infinite bound (its pattern is still judged)."""
+    graph = {"inputs": [{"name": "x", "shape": [3]}],
+             "nodes": [{"name": "sq", "op": "mul", "args": ["x", "x"], "attrs": {}, "shape": [3]},
+                       {"name": "d", "op": "sub", "args": ["sq", "sq"], "attrs": {}, "shape": [3]},
+                       {"name": "a", "op": "abs", "args": ["x"], "attrs": {}, "shape": [3]}],
+             "outputs": ["d", "a"]}
+    huge = [np.array([2e19, 1.0, 2.0], np.float32)]
+    b = bound.error_bounds(graph, build.run_reference(graph, huge), "float32")
+    assert np.isnan(b["sq"]).all() and np.isnan(b["d"]).all()
+    assert np.isfinite(b["a"]).all()
+    calm = [np.array([np.nan, 1.0, 2.0], np.float32)]
+    b = bound.error_bounds(graph, build.run_reference(graph, calm), "float32")
+    assert not np.isnan(b["d"]).any() and np.isinf(b["d"][0]) and np.isfinite(b["d"][1:]).all()
+    mean = {"inputs": [{"name": "x", "shape": [4]}],
+            "nodes": [{"name": "m", "op": "mean", "args": ["x"],
+                       "attrs": {"dim": 0, "keepdim": True}, "shape": [1]}],
+            "outputs": ["m"]}
+    values = [np.full(4, 3e38, np.float32)]  # the mean is in range, its running sum is not
+    assert np.isnan(bound.error_bounds(mean, build.run_reference(mean, values), "float32")["m"]).all()

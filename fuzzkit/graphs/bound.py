@@ -30,6 +30,14 @@ unit roundoff of the graph dtype (float32 ``2^-24``, float16 ``2^-11``, bfloat16
   smallest subnormal), for every op except pure layout ops (reshape, permute, transpose, expand,
   unsqueeze, squeeze, cat, index_select), whose values are bit copies of their inputs.
 
+Overflow.  Where a finite ``|y| + e_y`` -- or a partial result on the way, such as the running
+sum of a mean -- exceeds half the dtype's largest value, an evaluation may overflow to inf (and
+to NaN after it, e.g. ``inf - inf``, even where the reference is a clean ``-inf``).  Such a node
+and every node downstream of it get a NaN bound: "nothing can be said here", not even the
+NaN/Inf pattern.  (An infinite bound, by contrast, leaves the value free but the reference's
+NaN/Inf pattern still binding.)  Only cases that ask for special values (huge inputs,
+Inf, NaN) reach this.
+
 Soundness for both execution models: eager (rounds after every op) and Inductor / fusing compilers
 (fp32 intermediates inside a kernel, rounding only where a buffer is stored): skipping a rounding
 only removes a term, and a rounding moved to a later op is covered because the later op's bound
@@ -54,6 +62,10 @@ UNIT_ROUNDOFF = {"float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8}
 # absolute underflow allowance per op: a few half-subnormal spacings of the dtype and of float32
 _ETA = {k: 4 * v + 4 * 2.0**-150 for k, v in
         {"float32": 2.0**-150, "float16": 2.0**-25, "bfloat16": 2.0**-134}.items()}
+#: Half the largest finite value of the dtype (float32 for the compute): beyond it a result may
+#: overflow in some evaluation order.
+_OVERFLOW = {"float32": 0.5 * 3.4028234663852886e38, "float16": 0.5 * 65504.0,
+             "bfloat16": 0.5 * 3.3895313892515355e38}
 LAYOUT_OPS = frozenset(
     {"reshape", "permute", "transpose", "expand", "unsqueeze", "squeeze", "cat", "index_select"}
 )
@@ -227,6 +239,26 @@ def _prop_comp(op, attrs, xs, es, y, ay, u):
     raise KeyError(f"no error rule for op {op!r}")
 
 
+def _partial_magnitude(op: str, attrs: dict, xs: list[np.ndarray], y: np.ndarray) -> np.ndarray:
+    """How large an op's partial results can get on the way to ``y`` (per output element):
+    ``sum |x|`` for sums, means and scans, ``|A| |B|`` for matmul, ``sum x^2`` for layer_norm's
+    variance.  A mean of huge values is in range while its running sum is not."""
+    if op not in ("sum", "mean", "cumsum", "matmul", "bmm", "layer_norm"):
+        return np.zeros(y.shape)
+    with np.errstate(all="ignore"):
+        # finite inputs only: two huge finite terms can overflow a float32 running sum to inf
+        # and meet a -inf term as NaN, where float64 just gives -inf
+        t = [torch.from_numpy(np.where(np.isfinite(x), np.abs(np.asarray(x, np.float64)), 0.0))
+             for x in xs]
+        if op == "mean":
+            total = OPS["sum"].torch_fn(*t, **attrs).numpy()
+        elif op == "layer_norm":
+            total = (t[0] * t[0]).sum(dim=attrs["dim"], keepdim=True).numpy()
+        else:
+            total = OPS[op].torch_fn(*t, **attrs).numpy()
+    return np.broadcast_to(total, y.shape)
+
+
 def error_bounds(graph: dict, intermediates: dict[str, np.ndarray], dtype: Any) -> dict[str, np.ndarray]:
     """Absolute error bound of every input (0: inputs are exact in the dtype) and node, elementwise,
     for a run of ``graph`` in ``dtype`` against the float64 ``intermediates``
@@ -237,10 +269,29 @@ def error_bounds(graph: dict, intermediates: dict[str, np.ndarray], dtype: Any) 
     out: dict[str, np.ndarray] = {}
     for inp in graph["inputs"]:
         out[inp["name"]] = np.zeros(np.shape(intermediates[inp["name"]]), dtype=np.float64)
+    overflowed: set[str] = set()
     for n in graph["nodes"]:
+        y = np.asarray(intermediates[n["name"]], dtype=np.float64)
+        if any(a in overflowed for a in n["args"]):
+            overflowed.add(n["name"])
+            out[n["name"]] = np.full(y.shape, np.nan)
+            continue
         xs = [np.asarray(intermediates[a], dtype=np.float64) for a in n["args"]]
         es = [out[a] for a in n["args"]]
-        y = np.asarray(intermediates[n["name"]], dtype=np.float64)
-        b = node_bound(n["op"], n["attrs"], xs, es, y, dt)
-        out[n["name"]] = np.broadcast_to(b, y.shape).astype(np.float64)
+        b = np.broadcast_to(node_bound(n["op"], n["attrs"], xs, es, y, dt), y.shape)
+        with np.errstate(invalid="ignore", over="ignore"):
+            # a finite value that (with its error, or a partial result on the way) may leave
+            # the dtype's or float32's range: an overflow to inf, and NaN after it, is legitimate
+            partial = _partial_magnitude(n["op"], n["attrs"], xs, y)
+            reach = np.abs(y) + b
+            # partial results live in float32 (the compute type); the result in the dtype
+            # (an infinite bound is "no guarantee" already: not an overflow)
+            may_overflow = ((np.isfinite(y) & np.isfinite(reach) & (reach > _OVERFLOW[dt]))
+                            | (partial > _OVERFLOW["float32"]))
+        if may_overflow.any():
+            overflowed.add(n["name"])
+            out[n["name"]] = np.full(y.shape, np.nan)
+            continue
+        # a NaN from the formulas (a NaN or infinite reference) means "unbounded", not "unjudged"
+        out[n["name"]] = np.where(np.isnan(b), _INF, b).astype(np.float64)
     return out

@@ -205,7 +205,14 @@ def bisect(target: Target, impl: Implementation, inputs: Inputs, *, confirm: boo
     if hint is not None:
         hi = min(hi, hint)
 
+    # A crash (or hang) has no diverging value to follow upstream: every node kept in a
+    # candidate graph stays an output (so nothing is dead code a compiler could drop), and the
+    # prefix search considers every node, not the ancestors of a diverging one.
+    crashing = original.kind != "mismatch"
+
     def candidates(end: int) -> list[int]:
+        if crashing:
+            return list(range(lo + 1, end + 1))
         if hint is None and end == len(nodes) - 1 and lo == -1 and not narrowed:
             return list(range(len(nodes)))
         cone = {index[a] for a in _depths(nodes[end]["name"], by_name)} | {end}
@@ -247,7 +254,7 @@ def bisect(target: Target, impl: Implementation, inputs: Inputs, *, confirm: boo
         ordered = sorted(set(keep) | {first_name}, key=index.__getitem__)
         key = tuple(ordered)
         if key not in tried:
-            got = run(case_for(subgraph(graph, ordered, [first_name])))
+            got = run(case_for(subgraph(graph, ordered, ordered if crashing else [first_name])))
             tried[key] = got if same_bug(original, got) else None
             steps.append(("window", f"{len(ordered)} node(s) {', '.join(ordered[:6])}"
                           f"{' ...' if len(ordered) > 6 else ''}: "
@@ -293,7 +300,7 @@ def bisect(target: Target, impl: Implementation, inputs: Inputs, *, confirm: boo
             window = [n["name"] for n in nodes[: first + 1]]
 
     final_key = tuple(window)
-    final_case = case_for(subgraph(graph, window, [first_name]))
+    final_case = case_for(subgraph(graph, window, window if crashing else [first_name]))
     final_failure = tried.get(final_key)
     if final_key not in tried:  # the prefix fallback: run it once
         got = run(final_case)

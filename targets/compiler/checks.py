@@ -10,6 +10,8 @@ keep float32 intermediates).  Error classes, checked in this order:
 * ``nan`` / ``inf`` -- position-wise: where the reference is NaN (or +-Inf) the result must be
   the same non-finite value; a NaN (Inf) where the reference is finite is class ``nan``
   (``inf``); a finite value where the reference is NaN is ``nan``, where it is Inf ``inf``;
+  elements whose bound is NaN (an overflow upstream: special-value cases) are not judged, nor
+  are finite-reference elements whose bound is infinite;
 * ``value`` -- a finite element off by more than ``bound + floor`` (the derived bound as is, no
   fudge factor; ``floor`` = 4 smallest normals of the dtype, for flushed subnormals).
 
@@ -96,22 +98,24 @@ def compare(name: str, expected: np.ndarray, actual: Any, bound: Any, dtype: str
         return {"error_class": "shape", "expected_shape": list(e.shape),
                 "actual_shape": list(a.shape)}
     a = a.astype(np.float64)
+    b = np.broadcast_to(np.asarray(bound, dtype=np.float64), e.shape)
+    # NaN bound: an overflow upstream makes every outcome legitimate (special-value cases);
+    # infinite bound at a finite reference: a near-zero denominator may round to inf
+    judged = ~np.isnan(b) & ~(np.isfinite(e) & np.isinf(b))
     e_nan, a_nan = np.isnan(e), np.isnan(a)
     e_inf, a_inf = np.isinf(e), np.isinf(a)
     # NaN first, then Inf: where each class disagrees position-wise
-    bad_nan = (e_nan & ~a_nan) | (a_nan & ~e_nan)
-    bad_inf = ((e_inf & ~(a == e)) | (a_inf & ~e_inf)) & ~bad_nan
+    bad_nan = ((e_nan & ~a_nan) | (a_nan & ~e_nan)) & judged
+    bad_inf = ((e_inf & ~(a == e)) | (a_inf & ~e_inf)) & ~bad_nan & judged
     for cls, bad in (("nan", bad_nan), ("inf", bad_inf)):
         if bad.any():
             index = tuple(int(i) for i in np.argwhere(bad)[0])
             return {"error_class": cls, "count": int(bad.sum()), "size": int(e.size),
                     "worst": {"index": list(index), "expected": float(e[index]),
                               "actual": float(a[index])}}
-    finite = np.isfinite(e)
+    finite = np.isfinite(e) & judged
     if not finite.any():
         return None
-    b = np.broadcast_to(np.asarray(bound, dtype=np.float64), e.shape)
-    b = np.where(np.isfinite(b), b, np.inf)
     floor = 4.0 * smallest_normal(dtype)
     limit = b + floor
     with np.errstate(invalid="ignore"):

@@ -6,9 +6,11 @@ included), ``exp``, ``clamp``, reductions (which the fusing compiler fuses over 
 and layout ops (``transpose``/``permute``) that hand non-contiguous tensors to fused kernels.
 Every op of :data:`fuzzkit.graphs.ops.DEFAULT_OPS` stays reachable.
 
-Cases whose float64 reference leaves the dtype's range (an intermediate above half its largest
-finite value, or non-finite) are rejected: a low-precision overflow there is the format's
-limit, not a compiler bug.
+Ordinary cases whose float64 reference leaves the dtype's range (an intermediate above half its
+largest finite value, or non-finite) are rejected: a low-precision overflow there is the
+format's limit, not a compiler bug.  One case in eight (``"special": True``) asks for special
+input values -- NaN, +-Inf, +-0, the dtype's largest finite -- and keeps them: the oracle then
+demands the reference's NaN/Inf pattern and judges nothing where an overflow is legitimate.
 """
 
 from __future__ import annotations
@@ -54,33 +56,10 @@ def in_range(graph: dict, values: Sequence[np.ndarray], dtype: str) -> bool:
                for v in ref.values())
 
 
-def _round(arr: np.ndarray, dtype: str) -> np.ndarray:
-    import torch
+def value_strategy(graph: dict, dtype: str, special: bool = False) -> Any:
+    from fuzzkit.graphs import values
 
-    t = torch.from_numpy(np.asarray(arr, dtype=np.float32))
-    return t.to(getattr(torch, dtype)).to(torch.float32).numpy()
-
-
-def _fallback_values(graph: dict, dtype: str) -> Any:
-    """Uniform values in [-4, 4] rounded to dtype (used until fuzzkit.graphs.values exists)."""
-
-    @st.composite
-    def draw_values(draw: Any) -> list[np.ndarray]:
-        seed = draw(st.integers(0, 2**32 - 1))
-        scale = draw(st.sampled_from([4.0, 1.0, 0.25]))
-        rng = np.random.default_rng(seed)
-        return [_round(rng.uniform(-scale, scale, size=i["shape"]), dtype)
-                for i in graph["inputs"]]
-
-    return draw_values()
-
-
-def value_strategy(graph: dict, dtype: str) -> Any:
-    try:
-        from fuzzkit.graphs import values
-    except ImportError:
-        return _fallback_values(graph, dtype)
-    return values.value_strategy(graph, dtype)
+    return values.value_strategy(graph, dtype, special=special)
 
 
 @st.composite
@@ -93,9 +72,15 @@ def _inputs(draw: Any, max_nodes: int = MAX_NODES, dtypes: Sequence[str] = DTYPE
         assume(False)
     dtype = draw(st.sampled_from(list(dtypes)))
     dynamic = draw(st.booleans())
-    values = [np.asarray(v, dtype=np.float32) for v in draw(value_strategy(graph, dtype))]
-    assume(in_range(graph, values, dtype))
-    return {"graph": graph, "dtype": dtype, "dynamic": dynamic, "values": values}
+    # one case in eight asks for special values (NaN, +-Inf, +-0, the largest finite): NaN
+    # propagation and overflow are where compilers and eager disagree most often
+    special = draw(st.integers(0, 7)) == 7
+    values = [np.asarray(v, dtype=np.float32)
+              for v in draw(value_strategy(graph, dtype, special=special))]
+    if not special:
+        assume(in_range(graph, values, dtype))
+    return {"graph": graph, "dtype": dtype, "dynamic": dynamic, "values": values,
+            "special": special}
 
 
 def inputs(max_nodes: int = MAX_NODES, dtypes: Sequence[str] = DTYPES) -> Any:

@@ -115,8 +115,15 @@ REDUCTION_PROLOGUE = [
 REDUCTION_BODY: dict[str, list[str]] = {
     "sum": ["    acc = tl.sum(tl.where(mask, {src}, 0.0), axis=1)"],
     "mean": ["    acc = tl.sum(tl.where(mask, {src}, 0.0), axis=1) / N"],
-    "amax": ["    acc = tl.max(tl.where(mask, {src}, float('-inf')), axis=1)"],
-    "amin": ["    acc = tl.min(tl.where(mask, {src}, float('inf')), axis=1)"],
+    # torch.amax/amin propagate NaN; Triton's max/min reductions do not promise to (a NaN row
+    # came back as its largest number: found by fuzzing with special values), so a row that
+    # holds a NaN is set to NaN explicitly
+    "amax": ["    vals = tl.where(mask, {src}, float('-inf'))",
+             "    acc = tl.max(vals, axis=1)",
+             "    acc = tl.where(tl.max((vals != vals).to(tl.int32), axis=1) > 0, float('nan'), acc)"],
+    "amin": ["    vals = tl.where(mask, {src}, float('inf'))",
+             "    acc = tl.min(vals, axis=1)",
+             "    acc = tl.where(tl.max((vals != vals).to(tl.int32), axis=1) > 0, float('nan'), acc)"],
 }
 
 REDUCTION_EPILOGUE = [

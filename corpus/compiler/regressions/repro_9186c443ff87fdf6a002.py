@@ -1,0 +1,122 @@
+#!/usr/bin/env python
+"""Reproducer written by `fuzzkit bisect` for case 9186c443ff87fdf6a002.
+
+Target 'compiler', implementation 'fusing'; first diverging node n4 (amax),
+window n4; divergence signature mismatch:amax:float16:nan.
+
+    python repro_9186c443ff87fdf6a002.py [--mutant NAME] [--impl NAME]
+
+Exit 1: the mismatch reproduces; 0: it does not; 2: cannot run.
+"""
+
+import argparse
+import contextlib
+import os
+import sys
+from pathlib import Path
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+HERE = Path(__file__).resolve().parent
+CASE = HERE / '9186c443ff87fdf6a002.json'
+PROJECT = str(HERE.parents[2])  # the checkout this file sits in (corpus/compiler/regressions)
+if PROJECT and PROJECT not in sys.path:
+    sys.path.insert(0, PROJECT)
+
+import numpy as np  # noqa: E402
+
+from fuzzkit.case import load  # noqa: E402
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mutant", help="apply this shipped mutant of the target (in-process)")
+    parser.add_argument("--impl", default='fusing', help="compiler to run (default %(default)s)")
+    args = parser.parse_args()
+    case = load(CASE)
+    inputs = case.inputs
+    graph, dtype = inputs["graph"], inputs["dtype"]
+    print(f"case {CASE.name}: {len(graph['nodes'])} node(s) "
+          f"{[n['op'] for n in graph['nodes']]}, dtype {dtype}, compiler {args.impl}"
+          + (f", mutant {args.mutant}" if args.mutant else ""))
+    patch = contextlib.nullcontext()
+    target = None
+    if args.mutant or case.target != "compiler":
+        from fuzzkit.registry import get_target
+        target = get_target(case.target)
+        if args.mutant:
+            patch = target.mutant(args.mutant).applied()
+    with patch:
+        if case.target == "compiler":
+            failed = run_compiler(args.impl, inputs)
+        else:
+            from fuzzkit.runner import check_case
+            failure = check_case(target, target.implementation(args.impl), inputs,
+                                 properties=False, confirm=False).failure
+            print(failure.message if failure else "outputs agree")
+            failed = failure is not None
+    print("REPRODUCES" if failed else "does not reproduce")
+    return 1 if failed else 0
+
+
+def run_compiler(impl, inputs):
+    import importlib
+
+    import torch
+
+    from fuzzkit.graphs import bound, build
+
+    graph, dtype = inputs["graph"], inputs["dtype"]
+    tdtype = getattr(torch, dtype)
+    gm = build.to_graph_module(graph)
+    xs = [torch.from_numpy(np.asarray(v, dtype=np.float32)).to(tdtype) for v in inputs["values"]]
+    module = importlib.import_module(f"targets.compiler.{impl}")
+    if impl == "inductor":
+        compiled = module.compile_fx(gm, xs, dynamic=bool(inputs.get("dynamic", False)))
+    else:
+        compiled = module.compile_fx(gm, xs)
+    outs = compiled(*xs)
+    if not isinstance(outs, (tuple, list)):
+        outs = (outs,)
+    ref = build.run_reference(graph, inputs["values"])
+    bounds = bound.error_bounds(graph, ref, dtype)
+    failed = False
+    for name, out in zip(graph["outputs"], outs):
+        got = out.detach().to(torch.float64).cpu().numpy()
+        want = np.asarray(ref[name], dtype=np.float64)
+        if got.shape != want.shape:
+            print(f"  {name}: shape {list(got.shape)} != {list(want.shape)}")
+            failed = True
+            continue
+        finite = np.isfinite(want)
+        class_bad = (np.isnan(got) != np.isnan(want)) | (np.isinf(got) & ~np.isinf(want)) | (
+            np.isinf(want) & (got != want))
+        err = np.where(finite & np.isfinite(got), np.abs(got - want), 0.0)
+        bnd = np.broadcast_to(np.asarray(bounds.get(name, 0.0), dtype=np.float64), err.shape)
+        over = err > bnd
+        worst = int(np.argmax(err - bnd)) if err.size else 0
+        print(f"  {name}: max error {err.max() if err.size else 0.0:.6g}, "
+              f"bound there {bnd.flat[worst] if err.size else 0.0:.6g}, "
+              f"{int(over.sum())} element(s) over the bound, "
+              f"{int(class_bad.sum())} NaN/Inf class mismatch(es)")
+        failed = failed or bool(over.any() or class_bad.any())
+    try:  # the target's own oracle has the last word when it is importable
+        from targets.compiler import checks
+        expected = {"outputs": [np.asarray(ref[o], dtype=np.float64) for o in graph["outputs"]],
+                    "intermediates": ref}
+        actual = {"outputs": [o.detach().to(torch.float64).cpu().numpy() for o in outs]}
+        failure = checks.oracle(inputs, expected, actual)
+        print(f"oracle: {failure.signature + ': ' + failure.message if failure else 'pass'}")
+        failed = failure is not None
+    except ImportError:
+        pass
+    return failed
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except SystemExit:
+        raise
+    except Exception as exc:  # noqa: BLE001
+        print(f"repro: cannot run: {type(exc).__name__}: {exc}", file=sys.stderr)
+        sys.exit(2)
