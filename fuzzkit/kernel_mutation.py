@@ -13,14 +13,14 @@ from __future__ import annotations
 import atexit
 import contextlib
 import importlib
-import importlib.util
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Iterator
 from unittest import mock
+
+from fuzzkit import triton_support
 
 _BUILT: dict[tuple[str, str], ModuleType] = {}
 _TMPDIR: list[Path] = []
@@ -50,13 +50,7 @@ def source_variant(module: ModuleType, name: str,
         source = source.replace(old, new)
     module_name = "_fuzzkit_mutant_" + "".join(c if c.isalnum() else "_"
                                                for c in f"{module.__name__}_{name}")
-    path = _module_dir() / f"{module_name}.py"
-    path.write_text(source)
-    spec = importlib.util.spec_from_file_location(module_name, path)
-    assert spec is not None and spec.loader is not None
-    variant = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = variant
-    spec.loader.exec_module(variant)
+    variant = triton_support.import_source(module_name, source, _module_dir())
     _BUILT[key] = variant
     return variant
 

@@ -7,7 +7,11 @@ run before any kernel module is imported.  Kernel modules call :func:`prepare` a
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
+import sys
+from pathlib import Path
+from types import ModuleType
 from typing import Callable, Optional
 
 
@@ -63,3 +67,23 @@ def unavailable_with(module: str) -> Callable[[], Optional[str]]:
         return None
 
     return reason
+
+
+def import_source(module_name: str, source: str, directory: Path) -> ModuleType:
+    """Write ``source`` to ``directory/<module_name>.py`` (atomically: parallel workers may
+    share the directory) and import it as ``module_name``.
+
+    Generated and mutated kernels go through here because ``@triton.jit`` reads a function's
+    source with ``inspect``: code built with ``exec`` from a string has no file to read.
+    """
+    path = Path(directory) / f"{module_name}.py"
+    if not path.exists() or path.read_text() != source:
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(source)
+        os.replace(tmp, path)
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    spec.loader.exec_module(module)
+    return module

@@ -27,10 +27,8 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import importlib.util
 import math
 import os
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
@@ -307,17 +305,7 @@ def load_kernel(source: str, name: str = "fused_kernel") -> Any:
     digest = hashlib.sha256(source.encode()).hexdigest()[:20]
     module_name = f"fk_{digest}"
     if module_name not in _MODULES:
-        path = cache_dir() / f"{module_name}.py"
-        if not path.exists() or path.read_text() != source:
-            tmp = path.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(source)
-            os.replace(tmp, path)
-        spec = importlib.util.spec_from_file_location(module_name, path)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[module_name] = module
-        spec.loader.exec_module(module)
-        _MODULES[module_name] = module
+        _MODULES[module_name] = triton_support.import_source(module_name, source, cache_dir())
     return getattr(_MODULES[module_name], name)
 
 
