@@ -51,6 +51,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--corpus", type=Path, default=None, help="corpus root (default ./corpus)")
     p.add_argument("--case-timeout", type=_positive_float, default=60.0,
                    help="seconds one case may take before it counts as a timeout")
+    p.add_argument("--workers", type=_positive_int, default=1,
+                   help="parallel workers (processes or Ray tasks) sharing corpus and database; "
+                        "1 (default) fuzzes in this process")
+    p.add_argument("--backend", choices=("local", "ray"), default="local",
+                   help="where workers run (ray: `pip install 'fuzzkit[ray]'`)")
+    p.add_argument("--address", help="Ray cluster address (default: start a local instance)")
+    p.add_argument("--num-gpus", type=float, default=0.0, help="GPUs per Ray worker task")
+    p.add_argument("--isolate", action="store_true",
+                   help="run every case in a child process: segfaults, hangs and OOMs become "
+                        "findings instead of killing the worker")
+    p.add_argument("--memory-mb", type=_positive_int, default=None,
+                   help="address-space limit of an isolated case process (with --isolate)")
+    p.add_argument("--engine", choices=("hypothesis", "atheris"), default="hypothesis")
+    p.add_argument("--progress", choices=("live", "quiet", "jsonl"), default=None,
+                   help="live table (default on a terminal), quiet (final table only) or one "
+                        "JSON status line per second on stdout")
+    p.add_argument("--resume", type=Path, metavar="RUN_DIR",
+                   help="continue an interrupted campaign with its remaining budget")
+
+    p = sub.add_parser("report", help="(re)write a campaign's index.html with its plots")
+    p.add_argument("run_dir", type=Path, metavar="RUN_DIR",
+                   help="a reports/<run-id> directory (with state.json and events.jsonl)")
 
     p = sub.add_parser("replay", help="re-run case files and print verdicts")
     p.add_argument("paths", nargs="+", type=Path, metavar="PATH")
@@ -91,6 +113,16 @@ def _positive_float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
     if not value > 0:
         raise argparse.ArgumentTypeError(f"{text!r} must be greater than 0")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
     return value
 
 
@@ -137,6 +169,11 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    if args.memory_mb is not None and not args.isolate:
+        raise UsageError("--memory-mb needs --isolate")
+    if (args.workers > 1 or args.backend == "ray" or args.resume is not None or args.isolate
+            or args.engine != "hypothesis"):
+        return _run_campaign(args)
     from fuzzkit import corpus
     from fuzzkit.engines.hypothesis import fuzz
     from fuzzkit.registry import get_target, resolve_implementation, target_names
@@ -161,21 +198,31 @@ def cmd_run(args: argparse.Namespace) -> int:
                 plan.append((target, impl))
     if not plan:
         raise UsageError("nothing to run: every selected implementation is unavailable here")
+    from fuzzkit.campaign import RunRecorder, write_html_if_available
+
     root = args.corpus or corpus.default_root()
     share = args.budget / len(plan)
     rows, findings = [], []
+    run_id = new_run_id(args.seed)
+    recorder = RunRecorder(args.report_dir / run_id, seed=args.seed, budget=args.budget,
+                           plan=[[t.name, i.name] for t, i in plan], corpus=root,
+                           profile=args.profile, case_timeout=args.case_timeout)
     for target, impl in plan:
         _status(f"fuzzing {target.name}/{impl.name} for {share:.1f} s ...")
+        on_case = recorder.progress_callback(target.name, impl.name)
         result = fuzz(target, impl, budget=share, seed=args.seed, profile=args.profile,
-                      case_timeout=args.case_timeout)
+                      case_timeout=args.case_timeout, on_case=on_case)
+        on_case(result.cases, final=True)
         path = None
         if result.finding is not None:
             path = corpus.save(result.finding, root)
+            recorder.finding(result, path)
             findings.append((result.finding.case_id, result.finding.dumps() + "\n"))
         rows.append(result_row(result, path))
-    run_id = new_run_id(args.seed)
+    recorder.finish()
     summary = write_report(args.report_dir, run_id, args.seed, args.budget, rows, skipped,
                            findings)
+    write_html_if_available(args.report_dir / run_id)
     table = _table("target", "impl", "cases", "cases/s", "verdict")
     for row in rows:
         f = row["finding"]
@@ -187,6 +234,30 @@ def cmd_run(args: argparse.Namespace) -> int:
     _print(table)
     print(f"report: {summary}")
     return EXIT_FINDINGS if findings else EXIT_CLEAN
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from fuzzkit.report_html import write_html
+
+    print(f"report: {write_html(args.run_dir)}")
+    return EXIT_CLEAN
+
+
+def _run_campaign(args: argparse.Namespace) -> int:
+    from fuzzkit.campaign import CampaignOptions, run_campaign
+
+    if args.resume is not None and (args.targets or args.all):
+        raise UsageError("--resume continues a run's own plan; give no targets")
+    progress = args.progress or ("live" if sys.stdout.isatty() else "quiet")
+    result = run_campaign(CampaignOptions(
+        targets=args.targets, all=args.all, impl=args.impl, budget=args.budget, seed=args.seed,
+        profile=args.profile, report_dir=args.report_dir, corpus=args.corpus,
+        case_timeout=args.case_timeout, workers=args.workers, backend=args.backend,
+        address=args.address, num_gpus=args.num_gpus, isolate=args.isolate,
+        memory_mb=args.memory_mb, engine=args.engine, progress=progress, resume=args.resume))
+    if progress != "jsonl":
+        print(f"report: {result.summary}")
+    return EXIT_FINDINGS if result.findings else EXIT_CLEAN
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
@@ -330,8 +401,8 @@ def cmd_mutants(args: argparse.Namespace) -> int:
     return EXIT_FINDINGS if missed else EXIT_CLEAN
 
 
-COMMANDS = {"list": cmd_list, "run": cmd_run, "replay": cmd_replay, "shrink": cmd_shrink,
-            "bisect": cmd_bisect, "mutants": cmd_mutants}
+COMMANDS = {"list": cmd_list, "run": cmd_run, "report": cmd_report, "replay": cmd_replay,
+            "shrink": cmd_shrink, "bisect": cmd_bisect, "mutants": cmd_mutants}
 
 
 # ---------------------------------------------------------------------------------------------

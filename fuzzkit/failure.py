@@ -12,7 +12,7 @@ import dataclasses
 import math
 from typing import Any, Mapping
 
-KINDS = ("mismatch", "invariant", "guard", "crash", "timeout", "nondeterministic")
+KINDS = ("mismatch", "invariant", "guard", "crash", "timeout", "nondeterministic", "oom")
 
 
 @dataclasses.dataclass(frozen=True)

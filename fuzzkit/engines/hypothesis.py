@@ -21,7 +21,7 @@ from hypothesis.database import DirectoryBasedExampleDatabase
 from hypothesis.errors import Flaky
 
 from fuzzkit.case import Case
-from fuzzkit.runner import check_case
+from fuzzkit.runner import Verdict, check_case
 from fuzzkit.shrink.ddmin import shrink_case
 from fuzzkit.target import Implementation, Inputs, Target
 
@@ -66,6 +66,12 @@ class _Found(Exception):
     """Raised into Hypothesis to mark the chased failure; carries nothing (state is outside)."""
 
 
+class _FoundExpensive(BaseException):
+    """A timeout: every shrink attempt would cost the whole case time limit (a hang shrinks at
+    one attempt per limit), which would blow the campaign's budget.  A BaseException is not
+    shrunk by Hypothesis: it stops the test at once and the case is kept as found."""
+
+
 def fuzz(
     target: Target,
     impl: Implementation,
@@ -78,10 +84,14 @@ def fuzz(
     properties: bool = True,
     case_timeout: Optional[float] = None,
     on_case: Optional[Callable[[int], None]] = None,
+    checker: Optional[Callable[..., Verdict]] = None,
 ) -> FuzzResult:
     """Fuzz ``impl`` against ``target``'s reference for about ``budget`` seconds.
 
     Stops at the first failure (then shrinks it, which may take longer than the budget).
+    ``checker(target, impl, inputs, *, properties, timeout) -> Verdict`` replaces
+    :func:`~fuzzkit.runner.check_case` for every case, e.g. an
+    :class:`~fuzzkit.isolation.IsolatedChecker` that runs cases in a child process.
     """
     if profile not in PROFILES:
         raise ValueError(f"unknown profile {profile!r}; choose from {sorted(PROFILES)}")
@@ -96,13 +106,14 @@ def fuzz(
     strategy = target.strategy()
     chased: dict[str, Any] = {"signature": None, "inputs": None, "failure": None}
     others: collections.Counter[str] = collections.Counter()
+    check = checker if checker is not None else check_case
     start = time.monotonic()
 
     def run_one(inputs: Inputs) -> None:
         result.cases += 1
         if on_case is not None:
             on_case(result.cases)
-        verdict = check_case(target, impl, inputs, properties=properties, timeout=case_timeout)
+        verdict = check(target, impl, inputs, properties=properties, timeout=case_timeout)
         failure = verdict.failure
         if failure is None:
             return
@@ -112,6 +123,8 @@ def fuzz(
             result.cases_to_first_failure = result.cases
         if failure.signature == chased["signature"]:
             chased["inputs"], chased["failure"] = inputs, failure
+            if failure.kind == "timeout":
+                raise _FoundExpensive()
             raise _Found()
         others[failure.signature] += 1
 
@@ -133,7 +146,7 @@ def fuzz(
         result.chunks.append((chunk_seed, examples))
         try:
             test()
-        except _Found:
+        except (_Found, _FoundExpensive):
             break
         except Flaky:
             # The chased failure did not reproduce during Hypothesis's final replay: keep what we
@@ -157,18 +170,19 @@ def fuzz(
             failure=chased["failure"],
             origin="hypothesis",
         )
-        if shrink and target.reducible:
-            result.finding = _polish(target, impl, result.finding, case_timeout)
+        if shrink and target.reducible and chased["failure"].kind != "timeout":
+            result.finding = _polish(target, impl, result.finding, case_timeout, checker)
     return result
 
 
 def _polish(target: Target, impl: Implementation, finding: Case,
-            case_timeout: Optional[float]) -> Case:
+            case_timeout: Optional[float],
+            checker: Optional[Callable[..., Verdict]] = None) -> Case:
     """ddmin after Hypothesis: Hypothesis shrinks the *choices* behind a case, so structure its
     strategy imposes (a prefill drawn as add+allocate+write+publish) survives; deleting single
     program steps or array rows directly removes what the failure does not need."""
     try:
-        shrunk = shrink_case(target, impl, finding, timeout=case_timeout).case
+        shrunk = shrink_case(target, impl, finding, timeout=case_timeout, checker=checker).case
     except ValueError:  # did not reproduce outside Hypothesis: keep what Hypothesis reported
         return finding
     return dataclasses.replace(shrunk, seed=finding.seed, origin="hypothesis+ddmin")

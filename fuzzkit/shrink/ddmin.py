@@ -9,7 +9,7 @@ its signature.
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Optional, Sequence, TypeVar
+from typing import Any, Callable, Optional, Sequence, TypeVar
 
 import numpy as np
 
@@ -80,12 +80,21 @@ class ShrinkResult:
 
 
 def shrink_case(target: Target, impl: Implementation, case: Case,
-                *, timeout: Optional[float] = None) -> ShrinkResult:
+                *, timeout: Optional[float] = None,
+                checker: Optional[Callable[..., Any]] = None) -> ShrinkResult:
     """Shrink a failing case along the target's reducible inputs, keeping its signature.
 
+    ``checker`` (same contract as :func:`fuzzkit.engines.hypothesis.fuzz`'s) replaces
+    :func:`check_case`, e.g. to shrink a crash inside an isolated worker process.
     Raises ValueError when the case does not fail (nothing to shrink).
     """
-    first = check_case(target, impl, case.inputs, timeout=timeout).failure
+
+    def check(candidate: Inputs, confirm: bool = True) -> Optional[Failure]:
+        if checker is None:
+            return check_case(target, impl, candidate, confirm=confirm, timeout=timeout).failure
+        return checker(target, impl, candidate, properties=True, timeout=timeout).failure
+
+    first = check(case.inputs)
     if first is None:
         raise ValueError("the case passes; there is nothing to shrink")
     signature = first.signature
@@ -98,7 +107,7 @@ def shrink_case(target: Target, impl: Implementation, case: Case,
         if target.validate is not None and target.validate(candidate) is not None:
             return False
         tests += 1
-        failure = check_case(target, impl, candidate, confirm=False, timeout=timeout).failure
+        failure = check(candidate, confirm=False)
         if failure is not None and failure.signature == signature:
             last_failure[0] = failure
             return True
@@ -117,7 +126,7 @@ def shrink_case(target: Target, impl: Implementation, case: Case,
             if len(keep) < length:
                 inputs = _take(inputs, group, keep)
                 changed = True
-    final = check_case(target, impl, inputs, timeout=timeout).failure or last_failure[0]
+    final = check(inputs) or last_failure[0]
     shrunk = Case(target=case.target, implementation=case.implementation, inputs=inputs,
                   seed=case.seed, failure=final, origin="shrink")
     return ShrinkResult(shrunk, tests, before, {k: _length(inputs[k]) for k in before})

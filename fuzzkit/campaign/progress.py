@@ -1,0 +1,142 @@
+"""Campaign progress: a live table (rich), quiet (final table only) or JSON lines on stdout."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any, Optional, Sequence
+
+
+class Stats:
+    """Everything the coordinator knows, folded from events."""
+
+    def __init__(self, plan: Sequence[tuple[str, str]]) -> None:
+        self.plan = [tuple(p) for p in plan]
+        self.progress: dict[tuple[int, str, str], tuple[int, float]] = {}
+        self.findings: dict[tuple[str, str, str], dict[str, Any]] = {}
+        self.other: dict[tuple[str, str], dict[str, int]] = {}
+        self.exited: set[int] = set()
+        self.workers: set[int] = set()
+
+    def add(self, event: dict[str, Any]) -> Optional[dict[str, Any]]:
+        """Fold one event in; returns it when it is a new (deduplicated) finding."""
+        kind, wid = event.get("type"), event.get("worker", -1)
+        if kind == "progress":
+            key = (wid, event["target"], event["impl"])
+            self.progress[key] = (int(event.get("cases", 0)), float(event.get("elapsed", 0.0)))
+        elif kind == "finding":
+            key3 = (event["target"], event["impl"], event["signature"])
+            if key3 not in self.findings:
+                self.findings[key3] = event
+                return event
+        elif kind == "other_signature":
+            slot = self.other.setdefault((event["target"], event["impl"]), {})
+            slot[event["signature"]] = slot.get(event["signature"], 0) + int(event["count"])
+        elif kind == "worker_start":
+            self.workers.add(wid)
+        elif kind in ("worker_exit", "worker_hung"):
+            self.exited.add(wid)
+        return None
+
+    def items(self) -> list[tuple[str, str]]:
+        seen = {(t, i) for _, t, i in self.progress} | {(t, i) for t, i, _ in self.findings}
+        return sorted(seen)
+
+    def row(self, target: str, impl: str) -> dict[str, Any]:
+        cases, seconds, rate = 0, 0.0, 0.0
+        for (wid, t, i), (n, el) in self.progress.items():
+            if (t, i) != (target, impl):
+                continue
+            cases += n
+            seconds += el
+            if wid not in self.exited and el > 0:
+                rate += n / el
+        findings = [f for (t, i, _), f in self.findings.items() if (t, i) == (target, impl)]
+        return {"target": target, "impl": impl, "cases": cases, "seconds": seconds,
+                "cases_per_second": rate if rate else (cases / seconds if seconds else 0.0),
+                "findings": findings}
+
+    def totals(self) -> tuple[int, int]:
+        return sum(n for n, _ in self.progress.values()), len(self.findings)
+
+
+class Progress:
+    def __init__(self, mode: str, budget: float) -> None:
+        self.mode = mode
+        self.budget = budget
+        self.live: Any = None
+        self.last = 0.0
+
+    def start(self, run_dir: str) -> None:
+        print(f"run: {run_dir}", file=sys.stderr, flush=True)
+        if self.mode == "live":
+            from rich.live import Live
+
+            self.live = Live(self._table(None, 0.0), refresh_per_second=4, transient=False)
+            self.live.start()
+
+    def finding(self, event: dict[str, Any]) -> None:
+        if self.mode == "jsonl":
+            print(json.dumps(event, sort_keys=True), flush=True)
+        else:
+            line = (f"finding: {event['target']}/{event['impl']} {event['signature']} "
+                    f"{event['case']}")
+            if self.live is not None:
+                self.live.console.print(line)
+            else:
+                print(line, file=sys.stderr, flush=True)
+
+    def update(self, stats: Stats, elapsed: float, workers: int) -> None:
+        now = time.monotonic()
+        if self.mode == "live" and self.live is not None:
+            if now - self.last >= 0.25:
+                self.last = now
+                self.live.update(self._table(stats, elapsed))
+        elif self.mode == "jsonl" and now - self.last >= 1.0:
+            self.last = now
+            cases, found = stats.totals()
+            print(json.dumps({"t": time.time(), "type": "status", "elapsed": round(elapsed, 2),
+                              "remaining": round(max(0.0, self.budget - elapsed), 2),
+                              "workers": workers, "cases": cases, "findings": found,
+                              "rows": [_plain(stats.row(t, i)) for t, i in stats.items()]}),
+                  flush=True)
+
+    def finish(self, stats: Stats, elapsed: float) -> None:
+        if self.live is not None:
+            self.live.update(self._table(stats, elapsed))
+            self.live.stop()
+            if not self.live.console.is_terminal:
+                print()
+            self.live = None
+            return
+        if self.mode == "jsonl":
+            cases, found = stats.totals()
+            print(json.dumps({"t": time.time(), "type": "done", "elapsed": round(elapsed, 2),
+                              "cases": cases, "findings": found}), flush=True)
+            return
+        from rich.console import Console
+
+        Console(width=140).print(self._table(stats, elapsed))
+
+    def _table(self, stats: Optional[Stats], elapsed: float) -> Any:
+        from rich.table import Table
+
+        table = Table(title=f"elapsed {elapsed:.0f} s, remaining "
+                            f"{max(0.0, self.budget - elapsed):.0f} s")
+        for column in ("target", "impl", "cases", "cases/s", "findings", "elapsed",
+                       "remaining"):
+            table.add_column(column)
+        remaining = f"{max(0.0, self.budget - elapsed):.0f}"
+        for t, i in (stats.items() if stats else []):
+            row = stats.row(t, i)  # type: ignore[union-attr]
+            found = "\n".join(f"[red]{f['signature']}[/]" for f in row["findings"]) or "0"
+            table.add_row(t, i, str(row["cases"]), f"{row['cases_per_second']:.1f}", found,
+                          f"{row['seconds']:.1f}", remaining)
+        return table
+
+
+def _plain(row: dict[str, Any]) -> dict[str, Any]:
+    return {**row, "cases_per_second": round(row["cases_per_second"], 2),
+            "seconds": round(row["seconds"], 2),
+            "findings": [f["signature"] for f in row["findings"]]}
