@@ -26,6 +26,24 @@ PropertyCheck = Callable[[Callable[[Inputs], Outputs], Inputs], Optional[Failure
 
 
 @dataclasses.dataclass(frozen=True)
+class lazy:  # noqa: N801 - used like a function: lazy("pkg.mod:attr")
+    """``module:attr``, imported and looked up on every call.
+
+    Targets name their implementations, strategies and hooks this way so that importing a target
+    imports neither torch nor triton, a mutant that patches the attribute takes effect, and the
+    target pickles (campaign workers receive targets by pickle).
+    """
+
+    path: str
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        import importlib
+
+        module, _, attr = self.path.partition(":")
+        return getattr(importlib.import_module(module), attr)(*args, **kwargs)
+
+
+@dataclasses.dataclass(frozen=True)
 class Implementation:
     """An implementation under test: a plain callable ``inputs -> outputs``.
 

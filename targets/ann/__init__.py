@@ -47,24 +47,14 @@ from __future__ import annotations
 
 
 from fuzzkit import triton_support
-from fuzzkit.target import Implementation, Target
-from targets.ann import checks, index, reference
+from fuzzkit.target import Implementation, Target, lazy
+from targets.ann import checks, reference
 
 
-def _numpy_run(inputs):  # type: ignore[no-untyped-def]
-    return index.run(inputs)
 
 
-def _triton_run(inputs):  # type: ignore[no-untyped-def]
-    from targets.ann import triton_impl
-
-    return triton_impl.run(inputs)
 
 
-def _strategy():  # type: ignore[no-untyped-def]
-    from targets.ann import strategies
-
-    return strategies.inputs()
 
 
 def target() -> Target:
@@ -76,15 +66,15 @@ def target() -> Target:
         name="ann",
         description="OctEx approximate nearest-neighbour search (projections, capped cells, "
                     "kNN-graph beam expansion; float32 / turbo8 / turbo16 storage)",
-        strategy=_strategy,
+        strategy=lazy("targets.ann.strategies:inputs"),
         reference=reference.run,
         implementations={
             "numpy": Implementation(
-                "numpy", _numpy_run, backend="numpy",
+                "numpy", lazy("targets.ann.index:run"), backend="numpy",
                 description="vectorized NumPy build, float32 search",
             ),
             "triton": Implementation(
-                "triton", _triton_run, backend="triton",
+                "triton", lazy("targets.ann.triton_impl:run"), backend="triton",
                 description="NumPy build + Triton kernels for candidate distances and expansion",
                 unavailable=triton_support.unavailable_with("targets.ann.triton_impl"),
             ),

@@ -26,24 +26,14 @@ from __future__ import annotations
 
 
 from fuzzkit import triton_support
-from fuzzkit.target import Implementation, Target
-from targets.attention_index import checks, index, reference
+from fuzzkit.target import Implementation, Target, lazy
+from targets.attention_index import checks, reference
 
 
-def _numpy_run(inputs):  # type: ignore[no-untyped-def]
-    return index.run(inputs)
 
 
-def _triton_run(inputs):  # type: ignore[no-untyped-def]
-    from targets.attention_index import triton_impl
-
-    return triton_impl.run(inputs)
 
 
-def _strategy():  # type: ignore[no-untyped-def]
-    from targets.attention_index import strategies
-
-    return strategies.inputs()
 
 
 def target() -> Target:
@@ -55,15 +45,15 @@ def target() -> Target:
         name="attention_index",
         description="sparse-attention lightning indexer: dense, HiSA blocks and AttentionIndex "
                     "(chunked k-means groups, sink/local), float32 vs float64",
-        strategy=_strategy,
+        strategy=lazy("targets.attention_index.strategies:inputs"),
         reference=reference.run,
         implementations={
             "numpy": Implementation(
-                "numpy", _numpy_run, backend="numpy",
+                "numpy", lazy("targets.attention_index.index:run"), backend="numpy",
                 description="vectorized NumPy indexer, float32 scores",
             ),
             "triton": Implementation(
-                "triton", _triton_run, backend="triton",
+                "triton", lazy("targets.attention_index.triton_impl:run"), backend="triton",
                 description="NumPy build + Triton kernels for scoring and top-k",
                 unavailable=triton_support.unavailable_with("targets.attention_index.triton_impl"),
             ),

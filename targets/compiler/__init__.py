@@ -27,7 +27,7 @@ import threading
 from typing import Any, Callable, Mapping
 
 from fuzzkit import triton_support
-from fuzzkit.target import Implementation, Target
+from fuzzkit.target import Implementation, Target, lazy
 
 _COUNT = [0]
 _LOCK = threading.Lock()
@@ -94,10 +94,6 @@ def reference(inputs: Mapping[str, Any]) -> dict[str, Any]:
     return {"outputs": [values[name] for name in graph["outputs"]], "intermediates": values}
 
 
-def _strategy() -> Any:
-    from targets.compiler import strategies
-
-    return strategies.inputs()
 
 
 def _inductor_unavailable() -> Any:
@@ -117,7 +113,7 @@ def target() -> Target:
         name="compiler",
         description="random fx graphs compiled by torch.compile (Inductor) and an in-project "
                     "fusing Triton compiler, in float32/float16/bfloat16, vs eager float64",
-        strategy=_strategy,
+        strategy=lazy("targets.compiler.strategies:inputs"),
         reference=reference,
         implementations={
             "fusing": Implementation(

@@ -33,20 +33,12 @@ import importlib.util
 from typing import Optional
 
 from fuzzkit import triton_support
-from fuzzkit.target import Implementation, Target
+from fuzzkit.target import Implementation, Target, lazy
 from targets.scute import checks, reference
 
 
-def _torch_run(inputs):  # type: ignore[no-untyped-def]
-    from targets.scute import torch_impl
-
-    return torch_impl.run(inputs)
 
 
-def _triton_run(inputs):  # type: ignore[no-untyped-def]
-    from targets.scute import triton_impl
-
-    return triton_impl.run(inputs)
 
 
 def _torch_unavailable() -> Optional[str]:
@@ -55,10 +47,6 @@ def _torch_unavailable() -> Optional[str]:
     return None
 
 
-def _strategy():  # type: ignore[no-untyped-def]
-    from targets.scute import strategies
-
-    return strategies.inputs()
 
 
 def target() -> Target:
@@ -70,17 +58,17 @@ def target() -> Target:
         name="scute",
         description="exact-mix adapter kernels: LoRA, rsLoRA, DoRA, VeRA, OFT, BOFT, IA3 and "
                     "base-only tokens in one batch, slot form vs float64 native PEFT forms",
-        strategy=_strategy,
+        strategy=lazy("targets.scute.strategies:inputs"),
         reference=reference.run,
         implementations={
             "triton": Implementation(
-                "triton", _triton_run, backend="triton",
+                "triton", lazy("targets.scute.triton_impl:run"), backend="triton",
                 description="one Scute kernel launch for the mixed batch (bitwise batch "
                             "invariant)",
                 unavailable=triton_support.unavailable_with("targets.scute.triton_impl"),
             ),
             "torch": Implementation(
-                "torch", _torch_run, backend="torch",
+                "torch", lazy("targets.scute.torch_impl:run"), backend="torch",
                 description="Punica-style gather by slot + batched matmuls, fp32 shrink buffer",
                 unavailable=_torch_unavailable,
             ),
