@@ -30,8 +30,7 @@ class lazy:  # noqa: N801 - used like a function: lazy("pkg.mod:attr")
     """``module:attr``, imported and looked up on every call.
 
     Targets name their implementations, strategies and hooks this way so that importing a target
-    imports neither torch nor triton, a mutant that patches the attribute takes effect, and the
-    target pickles (campaign workers receive targets by pickle).
+    imports neither torch nor triton, and a mutant that patches the attribute takes effect.
     """
 
     path: str

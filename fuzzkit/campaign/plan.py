@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import pickle
+import importlib
+import json
 from typing import Any, Optional, Sequence
 
 from fuzzkit.errors import UsageError
@@ -47,38 +48,57 @@ def assign(plan: Sequence[Item], workers: int) -> list[list[Item]]:
 
 
 def target_sources(names: Sequence[str]) -> bytes:
-    """Pickled registry sources of targets registered in this process (tests, conftest files)
-    so that spawned workers can register them too; built-ins and entry points need nothing."""
+    """Where the targets registered in this process (tests, conftest files) come from, as JSON
+    ``{name: "module:qualname"}`` of their factories, so that spawned workers can import and
+    register them too (plain data: nothing is unpickled).  Built-ins and entry points need
+    nothing; a factory that cannot be named (a lambda, a local function, a Target object) is
+    left out and the worker must find the target itself."""
     from fuzzkit import registry
 
-    sources: dict[str, Any] = {}
+    sources: dict[str, str] = {}
     for name in names:
         source = registry._sources.get(name)
         if source is None or isinstance(source, str):
             continue
         if registry.BUILTIN_TARGETS.get(name) == source:
             continue
-        try:
-            pickle.dumps(source)
-        except Exception:  # noqa: BLE001 - a lambda factory etc.: the worker must find it itself
+        module = getattr(source, "__module__", None)
+        qualname = getattr(source, "__qualname__", "")
+        if (not module or module in ("__main__", "__mp_main__") or not qualname
+                or "<" in qualname):
             continue
-        sources[name] = source
-    return pickle.dumps(sources)
+        sources[name] = f"{module}:{qualname}"
+    return json.dumps(sources, sort_keys=True).encode()
+
+
+def _named(blob: bytes) -> dict[str, str]:
+    data = json.loads(blob.decode()) if blob else {}
+    if not isinstance(data, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) and ":" in v for k, v in data.items()):
+        raise ValueError("target sources must be a JSON object of name -> 'module:qualname'")
+    return data
 
 
 def register_sources(blob: bytes) -> None:
     from fuzzkit import registry
 
-    for name, source in pickle.loads(blob).items():
-        if name not in registry._sources:
-            registry._add(name, source, replace=True)
+    for name, path in _named(blob).items():
+        if name in registry._sources:
+            continue
+        module, _, qualname = path.partition(":")
+        factory: Any = importlib.import_module(module)  # importing may register it already
+        if name in registry._sources:
+            continue
+        for part in qualname.split("."):
+            factory = getattr(factory, part)
+        registry._add(name, factory, replace=True)
 
 
 def source_modules(blob: bytes) -> list[str]:
-    """Modules that define the pickled in-process targets (isolated children import them)."""
-    modules = []
-    for source in pickle.loads(blob).values():
-        module = getattr(source, "__module__", None)
-        if module and module not in ("__main__", "__mp_main__") and module not in modules:
+    """Modules that define the in-process targets (isolated children import them)."""
+    modules: list[str] = []
+    for path in _named(blob).values():
+        module = path.partition(":")[0]
+        if module not in modules:
             modules.append(module)
     return modules
