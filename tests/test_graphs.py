@@ -188,7 +188,8 @@ def test_op_subset_and_unknown_op():
         generate.random_graph(np.random.default_rng(0), 5, ops=["nope"])
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=25, deadline=None, derandomize=True, database=None,
+          suppress_health_check=list(HealthCheck))
 @given(st.data())
 def test_graph_strategy_and_values(data):
     g = data.draw(generate.graph_strategy(max_nodes=10))
@@ -205,10 +206,15 @@ def test_graph_strategy_and_values(data):
 def test_graph_strategy_shrinks_to_small_graph():
     from hypothesis import find
 
+    import random
+
+    # a fixed seed: with 41 ops a graph holding a sum is not guaranteed in a few hundred random
+    # draws, and an unseeded search made this test flaky
     g = find(generate.graph_strategy(max_nodes=12),
              lambda g: any(n["op"] == "sum" for n in g["nodes"]),
-             settings=settings(max_examples=300, deadline=None, database=None,
-                               suppress_health_check=list(HealthCheck)))
+             settings=settings(max_examples=1000, deadline=None, database=None,
+                               suppress_health_check=list(HealthCheck)),
+             random=random.Random(0))
     assert any(n["op"] == "sum" for n in g["nodes"])
     assert len(g["nodes"]) <= 3, g
 
