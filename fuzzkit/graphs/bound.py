@@ -55,17 +55,19 @@ import torch
 
 from .ops import LAYER_NORM_EPS, OPS
 
-__all__ = ["UNIT_ROUNDOFF", "U32", "error_bounds", "node_bound", "LAYOUT_OPS"]
+__all__ = ["UNIT_ROUNDOFF", "LARGEST_FINITE", "U32", "error_bounds", "node_bound", "LAYOUT_OPS"]
 
 U32 = 2.0**-24
 UNIT_ROUNDOFF = {"float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8}
 # absolute underflow allowance per op: a few half-subnormal spacings of the dtype and of float32
 _ETA = {k: 4 * v + 4 * 2.0**-150 for k, v in
         {"float32": 2.0**-150, "float16": 2.0**-25, "bfloat16": 2.0**-134}.items()}
+#: The largest finite value of each dtype.
+LARGEST_FINITE = {"float32": 3.4028234663852886e38, "float16": 65504.0,
+                  "bfloat16": 3.3895313892515355e38}
 #: Half the largest finite value of the dtype (float32 for the compute): beyond it a result may
 #: overflow in some evaluation order.
-_OVERFLOW = {"float32": 0.5 * 3.4028234663852886e38, "float16": 0.5 * 65504.0,
-             "bfloat16": 0.5 * 3.3895313892515355e38}
+_OVERFLOW = {k: 0.5 * v for k, v in LARGEST_FINITE.items()}
 LAYOUT_OPS = frozenset(
     {"reshape", "permute", "transpose", "expand", "unsqueeze", "squeeze", "cat", "index_select"}
 )

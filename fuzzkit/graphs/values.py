@@ -15,13 +15,13 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from .bound import LARGEST_FINITE
 from .generate import INPUT_BOUND
 
 __all__ = ["round_to_dtype", "make_array", "random_values", "value_strategy", "recipe_strategy",
            "DTYPES"]
 
 DTYPES = ("float32", "float16", "bfloat16")
-_LARGEST = {"float32": 3.4028234663852886e38, "float16": 65504.0, "bfloat16": 3.3895313892515355e38}
 
 
 def round_to_dtype(x: Any, dtype: str) -> np.ndarray:
@@ -52,7 +52,7 @@ def make_array(recipe: Sequence[Any], shape: Sequence[int], seed: int, dtype: st
         a = rng.integers(recipe[1], recipe[2] + 1, size=shape).astype(np.float64)
     elif kind == "special":
         a = np.clip(rng.normal(0.0, 1.0, size=shape), -INPUT_BOUND, INPUT_BOUND)
-        specials = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, _LARGEST[dtype], -_LARGEST[dtype]])
+        specials = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, LARGEST_FINITE[dtype], -LARGEST_FINITE[dtype]])
         mask = rng.random(shape) < recipe[1]
         a = np.where(mask, specials[rng.integers(0, len(specials), size=shape)], a)
     else:

@@ -43,14 +43,11 @@ def op_mix() -> list[str]:
     return names
 
 
-_FINFO_MAX = {"float32": 3.4028234663852886e38, "float16": 65504.0,
-              "bfloat16": 3.3895313892515355e38}
-
-
 def in_range(graph: dict, values: Sequence[np.ndarray], dtype: str) -> bool:
     from fuzzkit.graphs import build
+    from fuzzkit.graphs.bound import LARGEST_FINITE
 
-    limit = 0.5 * _FINFO_MAX[dtype]
+    limit = 0.5 * LARGEST_FINITE[dtype]
     ref = build.run_reference(graph, values)
     return all(np.all(np.isfinite(v)) and (v.size == 0 or np.max(np.abs(v)) <= limit)
                for v in ref.values())
