@@ -197,6 +197,16 @@ def _decode_array(value: dict[str, Any], path: str) -> np.ndarray:
 
 def loads(text: str | bytes, source: str = "<case>") -> Case:
     """Parse and validate a case file's contents.  Raises :class:`CaseFileError`."""
+    data = parse_json(text, source)
+    if isinstance(data, dict) and isinstance(data.get("format"), str) and data["format"].startswith(
+            "fuzzkit-sequence/"):
+        raise CaseFileError(f"{source}: a case sequence, not a single case; `fuzzkit replay` "
+                            "runs it")
+    return from_json(data, source)
+
+
+def parse_json(text: str | bytes, source: str = "<case>") -> Any:
+    """The JSON value of a fuzzkit file (case or sequence), refusing pickles and bare NaN."""
     if isinstance(text, bytes):
         if text[:1] == b"\x80":  # every binary pickle protocol (2-5) starts with PROTO 0x80
             raise CaseFileError(f"{source}: looks like a pickle payload, not a fuzzkit case file; "
@@ -212,7 +222,7 @@ def loads(text: str | bytes, source: str = "<case>") -> Case:
         raise CaseFileError(f"{source}: looks like a text pickle payload, not a fuzzkit case file; "
                             "case files are JSON and are never unpickled")
     try:
-        data = json.loads(text, parse_constant=_refuse_constant)
+        return json.loads(text, parse_constant=_refuse_constant)
     except json.JSONDecodeError as exc:
         hint = " (truncated?)" if exc.pos >= len(text.rstrip()) - 1 else ""
         raise CaseFileError(f"{source}: not valid JSON{hint}: {exc.msg} at line {exc.lineno} "
@@ -221,7 +231,6 @@ def loads(text: str | bytes, source: str = "<case>") -> Case:
         raise CaseFileError(f"{source}: JSON nested too deeply") from None
     except CaseFileError as exc:
         raise CaseFileError(f"{source}: {exc}") from None
-    return from_json(data, source)
 
 
 def _refuse_constant(name: str) -> Any:
@@ -280,17 +289,21 @@ def from_json(data: Any, source: str = "<case>") -> Case:
 def load(path: os.PathLike[str] | str) -> Case:
     """Read a case file safely.  Raises :class:`CaseFileError` with a one-line message."""
     p = Path(path)
+    return loads(read_bounded(p), str(p))
+
+
+def read_bounded(p: Path) -> bytes:
+    """The bytes of ``p``, refusing files over :data:`MAX_FILE_BYTES` (one-line errors)."""
     try:
         size = p.stat().st_size
         if size > MAX_FILE_BYTES:
             raise CaseFileError(f"{p}: {size} bytes exceeds the {MAX_FILE_BYTES}-byte limit "
                                 "for case files")
         with p.open("rb") as handle:
-            raw = handle.read(MAX_FILE_BYTES + 1)
+            return handle.read(MAX_FILE_BYTES + 1)
     except FileNotFoundError:
         raise CaseFileError(f"{p}: no such file") from None
     except IsADirectoryError:
         raise CaseFileError(f"{p}: is a directory, expected a case file") from None
     except PermissionError:
         raise CaseFileError(f"{p}: permission denied") from None
-    return loads(raw, str(p))

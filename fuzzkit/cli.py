@@ -69,14 +69,30 @@ def build_parser() -> argparse.ArgumentParser:
                         "JSON status line per second on stdout")
     p.add_argument("--resume", type=Path, metavar="RUN_DIR",
                    help="continue an interrupted campaign with its remaining budget")
+    p.add_argument("--coverage", action="store_true",
+                   help="measure branch coverage of the code under test (coverage.py) per "
+                        "target x implementation: table, summary.json and the HTML report")
+    p.add_argument("--known", type=Path, metavar="FILE",
+                   help="JSON list of accepted signatures, each with a reason: counted, never "
+                        "chased (see fuzzkit.known)")
+    p.add_argument("--mutant", action="append", default=[], metavar="NAME",
+                   help="fuzz under this shipped mutant of the (single) target; repeat for "
+                        "several planted bugs at once")
+    p.add_argument("--max-findings", type=_positive_int, default=None, metavar="N",
+                   help="stop a target x implementation after N distinct findings (default: "
+                        "keep fuzzing for the whole budget)")
+    p.add_argument("--no-confirm", action="store_true",
+                   help="skip the fresh-process confirmation of findings")
 
     p = sub.add_parser("report", help="(re)write a campaign's index.html with its plots")
     p.add_argument("run_dir", type=Path, metavar="RUN_DIR",
                    help="a reports/<run-id> directory (with state.json and events.jsonl)")
 
-    p = sub.add_parser("replay", help="re-run case files and print verdicts")
+    p = sub.add_parser("replay", help="re-run case files (or case sequences) and print verdicts")
     p.add_argument("paths", nargs="+", type=Path, metavar="PATH")
     p.add_argument("--impl", help="replay against this implementation instead")
+    p.add_argument("--mutant", action="append", default=[], metavar="NAME",
+                   help="replay under this shipped mutant of the case's target (repeatable)")
 
     p = sub.add_parser("shrink", help="minimize a failing case file")
     p.add_argument("path", type=Path, metavar="PATH")
@@ -103,6 +119,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--save-regressions", type=Path, metavar="CORPUS",
                    help="shrink each finding and save it under CORPUS/<target>/regressions/: it "
                         "passes on the real implementation and fails if the bug comes back")
+    p.add_argument("--no-confirm", action="store_true",
+                   help="skip the fresh-process confirmation (state-dependent mutants then "
+                        "look reproducible)")
     return parser
 
 
@@ -173,18 +192,68 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UsageError("--memory-mb needs --isolate")
     if (args.workers > 1 or args.backend == "ray" or args.resume is not None or args.isolate
             or args.engine != "hypothesis"):
+        if args.coverage or args.mutant:
+            raise UsageError("--coverage and --mutant run in one process: drop "
+                             "--workers/--backend/--isolate/--engine/--resume to use them")
         return _run_campaign(args)
     from fuzzkit import corpus
-    from fuzzkit.engines.hypothesis import fuzz
-    from fuzzkit.registry import get_target, resolve_implementation, target_names
-    from fuzzkit.report import new_run_id, result_row, write_report
+    from fuzzkit.registry import target_names
 
     if args.all and args.targets:
         raise UsageError("give target names or --all, not both")
     names = target_names() if args.all else args.targets
     if not names:
         raise UsageError("name at least one target, or pass --all (`fuzzkit list` shows them)")
+    known = _load_known(args.known)
+    # Coverage starts before any target module is imported, so definitions count as run.
+    meter = _coverage_meter(names, args.impl) if args.coverage else None
+    try:
+        plan, skipped, mutants = _run_plan(names, args)
+        root = args.corpus or corpus.default_root()
+        return _run_plan_in_process(args, plan, skipped, mutants, root, known, meter)
+    finally:
+        if meter is not None:
+            meter.stop()
+
+
+def _load_known(path: Optional[Path]) -> Any:
+    if path is None:
+        return None
+    from fuzzkit import known
+
+    return known.load(path)
+
+
+def _coverage_meter(names: Sequence[str], impl_spec: Optional[str]) -> Any:
+    from fuzzkit import branches, registry
+
+    modules = registry.source_packages(names)
+    if impl_spec and ":" in impl_spec:
+        modules.append(impl_spec.partition(":")[0])
+    meter = branches.Meter([m for m in modules if branches.module_file(m) is not None])
+    meter.start()
+    return meter
+
+
+def _run_plan(names: Sequence[str], args: argparse.Namespace) -> tuple[list[Any], list[Any],
+                                                                        list[Any]]:
+    """(target, impl) pairs to fuzz, the skipped ones, and the mutants to apply."""
+    from fuzzkit.registry import get_target, resolve_implementation
+
     targets = [get_target(n) for n in names]  # unknown names fail here, before any work
+    mutants: list[Any] = []
+    if args.mutant:
+        if len(targets) != 1:
+            raise UsageError("--mutant plants bugs in one target: name exactly one")
+        mutants = [targets[0].mutant(m) for m in args.mutant]
+        patched = {m.implementation for m in mutants}
+        if len(patched) != 1:
+            raise UsageError(f"the mutants patch different implementations ({sorted(patched)}); "
+                             "plant bugs of one implementation per run")
+        if args.impl and args.impl not in patched:
+            raise UsageError(f"--mutant patches implementation {patched.pop()!r}, not "
+                             f"{args.impl!r}")
+        args.impl = next(iter(patched))
     plan, skipped = [], []
     for target in targets:
         impls = ([resolve_implementation(target, args.impl)] if args.impl
@@ -198,42 +267,131 @@ def cmd_run(args: argparse.Namespace) -> int:
                 plan.append((target, impl))
     if not plan:
         raise UsageError("nothing to run: every selected implementation is unavailable here")
-    from fuzzkit.campaign import RunRecorder, write_html_if_available
+    return plan, skipped, mutants
 
-    root = args.corpus or corpus.default_root()
+
+def _run_plan_in_process(args: argparse.Namespace, plan: list[Any], skipped: list[Any],
+                         mutants: list[Any], root: Path, known: Any, meter: Any) -> int:
+    import contextlib
+
+    from fuzzkit import corpus
+    from fuzzkit.campaign import RunRecorder, write_html_if_available
+    from fuzzkit.engines.hypothesis import fuzz
+    from fuzzkit.report import new_run_id, result_row, write_report
+
     share = args.budget / len(plan)
     rows, findings = [], []
     run_id = new_run_id(args.seed)
     recorder = RunRecorder(args.report_dir / run_id, seed=args.seed, budget=args.budget,
                            plan=[[t.name, i.name] for t, i in plan], corpus=root,
                            profile=args.profile, case_timeout=args.case_timeout)
+    coverage: dict[str, Any] = {}
     for target, impl in plan:
         _status(f"fuzzing {target.name}/{impl.name} for {share:.1f} s ...")
         on_case = recorder.progress_callback(target.name, impl.name)
-        result = fuzz(target, impl, budget=share, seed=args.seed, profile=args.profile,
-                      case_timeout=args.case_timeout, on_case=on_case)
+        if meter is not None:
+            from fuzzkit.registry import source_packages
+
+            meter.pair(f"{target.name}/{impl.name}",
+                       target.coverage_sources(impl) or source_packages([target.name]))
+
+        def counted(n: int, on_case: Any = on_case) -> None:
+            on_case(n)
+            if meter is not None:
+                meter.tick()
+
+        saved: list[tuple[Any, Path]] = []
+
+        def on_finding(case: Any, sequence: Any, target: Any = target,
+                       saved: list[tuple[Any, Path]] = saved) -> None:
+            path = corpus.save(case, root)
+            if sequence is not None:
+                sequence.save(corpus.directory(root, target.name, "sequences"))
+            saved.append((case, path))
+            recorder.found(case, path, sequence)
+            _status(f"  found {case.failure.signature} -> {path}")
+
+        confirm = None if args.no_confirm else _confirmer(target, impl, args, mutants)
+        with contextlib.ExitStack() as stack:
+            for mutant in mutants:
+                stack.enter_context(mutant.applied())
+            result = fuzz(target, impl, budget=share, seed=args.seed, profile=args.profile,
+                          case_timeout=args.case_timeout, on_case=counted, known=known,
+                          confirm=confirm, on_finding=on_finding,
+                          max_findings=args.max_findings)
         on_case(result.cases, final=True)
-        path = None
-        if result.finding is not None:
-            path = corpus.save(result.finding, root)
-            recorder.finding(result, path)
-            findings.append((result.finding.case_id, result.finding.dumps() + "\n"))
-        rows.append(result_row(result, path))
+        for case, path in saved:
+            findings.append((case.case_id, case.dumps() + "\n"))
+        row = result_row(result, [path for _, path in saved])
+        if mutants:
+            row["mutants"] = [m.name for m in mutants]
+        if meter is not None:
+            meter.tick(force=True)
+            row["coverage"] = coverage[f"{target.name}/{impl.name}"] = meter.report(
+                f"{target.name}/{impl.name}")
+        rows.append(row)
     recorder.finish()
     summary = write_report(args.report_dir, run_id, args.seed, args.budget, rows, skipped,
-                           findings)
+                           findings, known=known)
+    from fuzzkit.case import atomic_write_text
+
+    if coverage:
+        atomic_write_text(args.report_dir / run_id / "coverage.json",
+                          json.dumps(coverage, indent=1, sort_keys=True) + "\n")
+    reach = {f"{r['target']}/{r['implementation']}": {"operations": r.get("operations"),
+                                                      "thresholds": r.get("reach")}
+             for r in rows if r.get("operations") or r.get("reach")}
+    if reach:
+        atomic_write_text(args.report_dir / run_id / "reach.json",
+                          json.dumps(reach, indent=1, sort_keys=True) + "\n")
     write_html_if_available(args.report_dir / run_id)
+    _print(_summary_table(rows, skipped))
+    if coverage:
+        _print(_coverage_table(coverage))
+    print(f"report: {summary}")
+    return EXIT_FINDINGS if findings else EXIT_CLEAN
+
+
+def _confirmer(target: Any, impl: Any, args: argparse.Namespace, mutants: list[Any]) -> Any:
+    from fuzzkit.fresh import FreshConfirmer, FreshContext
+    from fuzzkit.isolation import target_source_spec
+
+    spec = target_source_spec(target.name)
+    preload = (spec.partition(":")[0],) if spec else ()
+    return FreshConfirmer(FreshContext(
+        target=target.name, implementation=args.impl or impl.name,
+        mutants=tuple(m.name for m in mutants), preload=preload, target_spec=spec,
+        case_timeout=args.case_timeout))
+
+
+def _summary_table(rows: list[dict[str, Any]], skipped: list[dict[str, Any]]) -> Any:
+    from rich.markup import escape
+
     table = _table("target", "impl", "cases", "cases/s", "verdict")
     for row in rows:
-        f = row["finding"]
-        verdict = "[green]clean[/]" if f is None else f"[red]{f['signature']}[/]\n{f['case']}"
+        found = row.get("findings") or []
+        if not found:
+            verdict = "[green]clean[/]"
+        else:
+            verdict = "\n".join(f"[red]{escape(f['signature'])}[/]\n{escape(str(f['case']))}"
+                                for f in found)
+        if row.get("known_hits"):
+            verdict += f"\n[dim]known: {sum(row['known_hits'].values())} case(s) skipped[/]"
         table.add_row(row["target"], row["implementation"], str(row["cases"]),
                       f"{row['cases_per_second']:.1f}", verdict)
     for s in skipped:
         table.add_row(s["target"], s["implementation"], "-", "-", f"skipped: {s['reason']}")
-    _print(table)
-    print(f"report: {summary}")
-    return EXIT_FINDINGS if findings else EXIT_CLEAN
+    return table
+
+
+def _coverage_table(coverage: dict[str, Any]) -> Any:
+    table = _table("target/impl", "branches", "branch %", "line %", "missed branches",
+                   "excluded")
+    for label, c in coverage.items():
+        table.add_row(label, f"{c['covered_branches']}/{c['branches']}",
+                      f"{c['branch_percent']:.1f}", f"{c['line_percent']:.1f}",
+                      str(len(c["missing_branches"])), str(len(c["excluded"])))
+    return table
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -254,36 +412,59 @@ def _run_campaign(args: argparse.Namespace) -> int:
         profile=args.profile, report_dir=args.report_dir, corpus=args.corpus,
         case_timeout=args.case_timeout, workers=args.workers, backend=args.backend,
         address=args.address, num_gpus=args.num_gpus, isolate=args.isolate,
-        memory_mb=args.memory_mb, engine=args.engine, progress=progress, resume=args.resume))
+        memory_mb=args.memory_mb, engine=args.engine, progress=progress, resume=args.resume,
+        known=_load_known(args.known), confirm=not args.no_confirm))
     if progress != "jsonl":
         print(f"report: {result.summary}")
     return EXIT_FINDINGS if result.findings else EXIT_CLEAN
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
+    import contextlib
+
     from fuzzkit import corpus
-    from fuzzkit.case import load
     from fuzzkit.registry import get_target, resolve_implementation
     from fuzzkit.runner import check_case
+    from fuzzkit.sequence import CaseSequence, load_any
+    from fuzzkit.sequence import replay as replay_sequence
 
     files = list(corpus.case_files(args.paths))
     if not files:
         raise UsageError(f"no case files under {', '.join(map(str, args.paths))}")
-    cases = [(path, load(path)) for path in files]  # every file is validated before any runs
+    cases = [(path, load_any(path)) for path in files]  # every file is validated before any runs
+    if args.mutant and len({c.target for _, c in cases}) != 1:
+        raise UsageError("--mutant needs case files of one target")
     failed = 0
     for path, case in cases:
         target = get_target(case.target)
-        impl = resolve_implementation(target, args.impl or case.implementation)
+        mutants = [target.mutant(m) for m in args.mutant]
+        spec = args.impl or (mutants[0].implementation if mutants else case.implementation)
+        impl = resolve_implementation(target, spec)
         reason = impl.unavailable()
         if reason:
             raise UsageError(f"{path}: implementation {impl.name!r} cannot run here: {reason}")
-        failure = check_case(target, impl, case.inputs).failure
+        with contextlib.ExitStack() as stack:
+            for mutant in mutants:
+                stack.enter_context(mutant.applied())
+            if isinstance(case, CaseSequence):
+                failure = replay_sequence(target, impl, case.steps)[-1]
+                what = f"  (sequence of {len(case.steps)} cases; verdict of the last)"
+            else:
+                failure = check_case(target, impl, case.inputs).failure
+                what = ""
         if failure is None:
-            note = " (recorded failure no longer reproduces)" if case.failure else ""
-            print(f"PASS  {path}{note}")
+            recorded = case.failure
+            if recorded is not None and recorded.kind == "state-dependent":
+                note = (" (recorded as state-dependent: it fails only after earlier cases; "
+                        f"replay its sequence {recorded.details.get('sequence')})")
+            elif recorded is not None:
+                note = " (the recorded failure is fixed)"
+            else:
+                note = ""
+            print(f"PASS  {path}{what}{note}")
         else:
             failed += 1
-            print(f"FAIL  {path}  {failure.signature}: {failure.message}")
+            print(f"FAIL  {path}{what}  {failure.signature}: {failure.message}")
     return EXIT_FINDINGS if failed else EXIT_CLEAN
 
 
@@ -377,9 +558,13 @@ def cmd_mutants(args: argparse.Namespace) -> int:
             if not args.json:
                 _status(f"mutant {target.name}/{mutant.name} ...")
             result = run_mutant(target, mutant, budget=args.budget, seed=args.seed,
-                                shrink=args.shrink or args.save_regressions is not None)
+                                shrink=args.shrink or args.save_regressions is not None,
+                                confirm=not args.no_confirm)
             if result.finding is not None and args.save_regressions is not None:
                 corpus.save(result.finding, args.save_regressions, "regressions")
+                if result.sequence is not None:
+                    result.sequence.save(corpus.directory(args.save_regressions, target.name,
+                                                          "sequences"))
             results.append(result)
     if args.json:
         print(json.dumps([r.to_json() for r in results], indent=2))

@@ -1,8 +1,9 @@
-"""The corpus: ``corpus/<target>/{seeds,findings,regressions}/<case-id>.json``.
+"""The corpus: ``corpus/<target>/{seeds,findings,regressions,sequences}/<case-id>.json``.
 
 *findings* are what a run found and minimized (not yet triaged); a human moves a finding to
 *regressions* once the bug is fixed, and from then on it replays as a test forever.  *seeds* are
-interesting inputs a campaign starts from.  Every write is atomic (see :mod:`fuzzkit.case`).
+interesting inputs a campaign starts from.  *sequences* hold the case sequences that replay a
+state-dependent finding (:mod:`fuzzkit.sequence`), named by their own content hash.  Every write is atomic (see :mod:`fuzzkit.case`).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Iterator
 
 from fuzzkit.case import Case
 
-KINDS = ("seeds", "findings", "regressions")
+KINDS = ("seeds", "findings", "regressions", "sequences")
 
 
 def default_root() -> Path:

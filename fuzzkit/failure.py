@@ -12,7 +12,8 @@ import dataclasses
 import math
 from typing import Any, Mapping
 
-KINDS = ("mismatch", "invariant", "guard", "crash", "timeout", "nondeterministic", "oom")
+KINDS = ("mismatch", "invariant", "guard", "crash", "timeout", "nondeterministic", "oom",
+         "state-dependent")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -7,7 +7,7 @@ inputs where the bug shows) — a defect of fuzzkit, reported as such.
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
+from typing import Any, Optional
 
 from fuzzkit.case import Case
 from fuzzkit.engines.hypothesis import fuzz
@@ -31,20 +31,27 @@ class MutantResult:
     #: With ``shrink``: the length of each reducible input of the minimized case.
     minimized: Optional[dict[str, int]] = None
     finding: Optional[Case] = dataclasses.field(default=None, repr=False)
+    #: For a state-dependent finding: the case sequence that replays it (or None).
+    sequence: Optional[Any] = dataclasses.field(default=None, repr=False)
 
     def to_json(self) -> dict[str, object]:
         row = dataclasses.asdict(self)
         row.pop("finding")
+        row.pop("sequence")
+        row["sequence_steps"] = len(self.sequence.steps) if self.sequence is not None else None
         return row
 
 
 def run_mutant(target: Target, mutant: Mutant, *, budget: float, seed: int = 0,
-               shrink: bool = False) -> MutantResult:
+               shrink: bool = False, confirm: bool = False) -> MutantResult:
     """Fuzz the mutated implementation until the first failure or the budget runs out.
 
     No example database: this measures how fast the *search* finds the bug, from a fixed seed,
     so the table is reproducible.  ``shrink`` minimizes the finding (for saving it as a
     regression case: it passes on the real implementation and fails if the bug comes back).
+    ``confirm`` replays the finding in a fresh process with the mutant applied there too: a
+    mutant whose bug needs state from earlier cases is reported ``state-dependent``, with the
+    sequence that replays it.
     """
     impl = target.implementation(mutant.implementation)
     base = dict(target=target.name, mutant=mutant.name, implementation=impl.name,
@@ -53,13 +60,25 @@ def run_mutant(target: Target, mutant: Mutant, *, budget: float, seed: int = 0,
     if reason:
         return MutantResult(**base, detected=False, seconds=None, signature=None, cases=0,
                             skipped=reason)
+    confirmer = None
+    if confirm:
+        from fuzzkit.fresh import FreshConfirmer, FreshContext
+        from fuzzkit.isolation import target_source_spec
+
+        spec = target_source_spec(target.name)
+        confirmer = FreshConfirmer(FreshContext(
+            target.name, impl.name, mutants=(mutant.name,), target_spec=spec,
+            preload=(spec.partition(":")[0],) if spec else ()))
     with mutant.applied():
         result = fuzz(target, impl, budget=budget, seed=seed, profile="ci", database_dir=None,
-                      shrink=shrink)
+                      shrink=shrink, max_findings=1, confirm=confirmer)
     finding = result.finding
     if finding is not None:
         finding = dataclasses.replace(finding, origin=f"mutant:{mutant.name}")
     failure = finding.failure if finding else None
+    sequence = result.sequences.get(result.finding.case_id) if result.finding else None
+    if sequence is not None:
+        sequence = dataclasses.replace(sequence, origin=f"mutant:{mutant.name}")
     return MutantResult(
         **base,
         detected=failure is not None,
@@ -69,6 +88,7 @@ def run_mutant(target: Target, mutant: Mutant, *, budget: float, seed: int = 0,
         message=failure.message if failure else None,
         minimized=_sizes(target, finding) if shrink and finding is not None else None,
         finding=finding,
+        sequence=sequence,
     )
 
 

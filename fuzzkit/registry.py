@@ -114,6 +114,23 @@ def get_target(name: str) -> Target:
 
 
 
+def source_packages(names: Any) -> list[str]:
+    """The packages the targets ``names`` come from, *without importing them* (``--coverage``
+    starts measuring before any target module is imported): ``"targets.quant"`` for the source
+    ``"targets.quant:target"``; a target registered in-process gives its factory's module."""
+    _load_entry_points()
+    packages: list[str] = []
+    for name in names:
+        source = _sources.get(name)
+        if isinstance(source, str):
+            module = source.partition(":")[0]
+        else:
+            module = getattr(source, "__module__", None) or ""
+        if module and module not in packages:
+            packages.append(module)
+    return packages
+
+
 def load_object(spec: str, *, what: str = "object") -> Any:
     """Import ``module:attr`` (attr may be dotted).  Errors become one-line UsageErrors."""
     module_name, sep, attr = spec.partition(":")

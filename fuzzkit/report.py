@@ -10,7 +10,7 @@ import datetime as _dt
 import json
 import platform
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable
 
 from fuzzkit import __version__
 from fuzzkit.case import atomic_write_text
@@ -22,8 +22,31 @@ def new_run_id(seed: int) -> str:
     return f"{stamp}-seed{seed}"
 
 
-def result_row(result: FuzzResult, finding_path: Optional[Path]) -> dict[str, Any]:
-    failure = result.finding.failure if result.finding else None
+def result_row(result: FuzzResult, finding_paths: Any = None) -> dict[str, Any]:
+    """One summary row per (target, implementation): every distinct finding, the first one also
+    as ``finding`` (older readers), known-signature hits, operation counts and threshold reach.
+    ``finding_paths`` are the saved files of ``result.findings``, in order (or one path)."""
+    if finding_paths is None or isinstance(finding_paths, (str, Path)):
+        finding_paths = [finding_paths] if finding_paths is not None else []
+    findings = []
+    for i, case in enumerate(result.findings or ([result.finding] if result.finding else [])):
+        failure = case.failure
+        if failure is None:
+            continue
+        inner = failure.signature.removeprefix("state-dependent:")
+        first = result.found_at.get(failure.signature) or result.found_at.get(inner) or {}
+        path = finding_paths[i] if i < len(finding_paths) else None
+        entry = {
+            "kind": failure.kind,
+            "signature": failure.signature,
+            "message": failure.message,
+            "case": str(path) if path else None,
+            "seconds_to_first_failure": first.get("seconds"),
+            "cases_to_first_failure": first.get("cases"),
+        }
+        if failure.kind == "state-dependent":
+            entry["sequence"] = failure.details.get("sequence")
+        findings.append(entry)
     return {
         "target": result.target,
         "implementation": result.implementation,
@@ -31,20 +54,18 @@ def result_row(result: FuzzResult, finding_path: Optional[Path]) -> dict[str, An
         "cases": result.cases,
         "seconds": round(result.seconds, 3),
         "cases_per_second": round(result.cases_per_second, 2),
-        "finding": None if failure is None else {
-            "kind": failure.kind,
-            "signature": failure.signature,
-            "message": failure.message,
-            "case": str(finding_path) if finding_path else None,
-            "seconds_to_first_failure": result.seconds_to_first_failure,
-        },
+        "finding": findings[0] if findings else None,
+        "findings": findings,
         "other_signatures": result.other_signatures,
+        "known_hits": dict(getattr(result, "known_hits", {}) or {}),
+        "operations": dict(getattr(result, "operations", {}) or {}),
+        "reach": list(getattr(result, "reach", []) or []),
     }
 
 
 def write_report(report_dir: Path, run_id: str, seed: int, budget: float,
                  rows: list[dict[str, Any]], skipped: Iterable[dict[str, str]],
-                 findings: Iterable[tuple[str, str]]) -> Path:
+                 findings: Iterable[tuple[str, str]], known: Any = None) -> Path:
     """Write the run's report directory and return the path of ``summary.json``."""
     out = report_dir / run_id
     out.mkdir(parents=True, exist_ok=True)
@@ -60,7 +81,9 @@ def write_report(report_dir: Path, run_id: str, seed: int, budget: float,
         "cases": total_cases,
         "seconds": round(total_seconds, 3),
         "cases_per_second": round(total_cases / total_seconds, 2) if total_seconds else 0.0,
-        "findings": sum(1 for r in rows if r["finding"]),
+        "findings": sum(len(r.get("findings") or ([r["finding"]] if r.get("finding") else []))
+                        for r in rows),
+        "known": known.to_json() if known is not None else [],
         "results": rows,
         "skipped": list(skipped),
     }

@@ -63,6 +63,10 @@ class RunData:
     state: dict[str, Any]
     events: list[dict[str, Any]]
     bad_lines: int  # lines of events.jsonl that were not JSON objects (a torn last line, say)
+    #: ``coverage.json`` of a ``--coverage`` run: per "target/impl", see fuzzkit.branches
+    coverage: dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: ``reach.json``: per "target/impl", operation counts and threshold boundaries reached
+    reach: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
     def started(self) -> float:
@@ -105,7 +109,17 @@ def load_run(run_dir: os.PathLike[str] | str) -> RunData:
                 bad += 1
     events.extend(_unlogged_claims(run_dir, events))
     events.sort(key=lambda e: e.get("t") if isinstance(e.get("t"), (int, float)) else 0.0)
-    return RunData(run_dir, state, events, bad)
+    return RunData(run_dir, state, events, bad, _optional_json(run_dir / "coverage.json"),
+                   _optional_json(run_dir / "reach.json"))
+
+
+def _optional_json(path: Path) -> dict[str, Any]:
+    """A JSON object written by the run beside its events, or {} (missing or unreadable)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 def _unlogged_claims(run_dir: Path, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -311,6 +325,23 @@ def render_plots(run: RunData, findings: list[dict[str, Any]]) -> Optional[dict[
         ax.text(0.5, 0.5, "no progress events yet", transform=ax.transAxes, ha="center",
                 color="gray")
     out["cases_per_second_per_worker"] = png(fig)
+
+    # 4. branch coverage over time, per target/impl (``--coverage`` runs only)
+    if run.coverage:
+        fig = Figure(figsize=(8, 3.6), dpi=100, layout="constrained")
+        ax = fig.add_subplot()
+        ax.set_title("Branch coverage of the code under test over time")
+        ax.set_xlabel("seconds since the pair started")
+        ax.set_ylabel("branches covered (%)")
+        ax.grid(True, alpha=0.3)
+        for label, cov in sorted(run.coverage.items()):
+            points = [p for p in cov.get("timeline", []) if isinstance(p, list) and len(p) == 2]
+            if points:
+                ax.plot([0.0, *[p[0] for p in points]], [0.0, *[p[1] for p in points]],
+                        marker="." if len(points) < 60 else None, label=label)
+        ax.set_ylim(0, 101)
+        _legend(ax, len(run.coverage))
+        out["coverage_over_time"] = png(fig)
     return out
 
 
@@ -527,10 +558,14 @@ def render_html(run: RunData, plots: Optional[dict[str, bytes]]) -> str:
     if plots is None:
         parts.append(f'<p class="note">{_e(MATPLOTLIB_MISSING)}</p>')
     else:
-        for stem, title in PLOTS:
+        for stem, title in PLOTS + (("coverage_over_time", "Coverage over time"),):
+            if stem not in plots:
+                continue
             data = base64.b64encode(plots[stem]).decode("ascii")
             parts.append(f'<figure><img alt="{_e(title)}" title="{_e(title)}" '
                          f'src="data:image/png;base64,{data}"></figure>')
+    parts.extend(_coverage_section(run.coverage))
+    parts.extend(_reach_section(run.reach))
 
     # findings
     parts.append(f'<h2 id="findings">Findings ({len(findings)})</h2>')
@@ -574,6 +609,62 @@ def render_html(run: RunData, plots: Optional[dict[str, bytes]]) -> str:
         parts.append(_table(["time", "worker", "event", "details"], rows))
     parts.append("</body></html>\n")
     return "\n".join(parts)
+
+
+def _coverage_section(coverage: dict[str, Any]) -> list[str]:
+    """Branch coverage per pair, the never-taken branches and the exclusions with reasons."""
+    if not coverage:
+        return []
+    parts = ['<h2 id="coverage">Coverage of the code under test</h2>']
+    rows = []
+    for label, c in sorted(coverage.items()):
+        rows.append([_e(label), _num_cell(f"{_num(c.get('branch_percent')):.1f}"),
+                     _num_cell(f"{c.get('covered_branches', 0)}/{c.get('branches', 0)}"),
+                     _num_cell(f"{_num(c.get('line_percent')):.1f}"),
+                     _num_cell(len(c.get("missing_branches", []))),
+                     _num_cell(len(c.get("excluded", [])))])
+    parts.append(_table(["target/impl", "branch %", "branches", "line %", "never taken",
+                         "excluded"], rows))
+    for label, c in sorted(coverage.items()):
+        missing = c.get("missing_branches", [])
+        excluded = c.get("excluded", [])
+        if missing:
+            parts.append(f"<details><summary>{_e(label)}: {len(missing)} branch(es) never "
+                         "taken</summary><pre>" + _e("\n".join(map(str, missing[:2000])))
+                         + "</pre></details>")
+        if excluded:
+            lines = [f"{e.get('file')}:{e.get('line')} (no {e.get('kind')}): "
+                     f"{e.get('reason') or 'NO REASON GIVEN'}" for e in excluded]
+            parts.append(f"<details><summary>{_e(label)}: {len(excluded)} exclusion(s)"
+                         "</summary><pre>" + _e("\n".join(lines)) + "</pre></details>")
+    return parts
+
+
+def _reach_section(reach: dict[str, Any]) -> list[str]:
+    """Operations (and their ordered pairs) and threshold boundaries reached, per pair."""
+    if not reach:
+        return []
+    parts = ['<h2 id="reach">Reach</h2>']
+    for label, r in sorted(reach.items()):
+        thresholds = r.get("thresholds") or []
+        operations = (r.get("operations") or {}).get("operations") or {}
+        pairs = (r.get("operations") or {}).get("pairs") or {}
+        if thresholds:
+            rows = [[_e(f"{t.get('size')}={t.get('value')}"), _e(t.get("what")),
+                     _e(", ".join(f"{k}: {v}" for k, v in (t.get("seen") or {}).items())),
+                     _num_cell(t.get("above", 0)), _e("yes" if t.get("crossed") else "NO")]
+                    for t in thresholds]
+            parts.append(f"<h3>{_e(label)}: thresholds</h3>")
+            parts.append(_table(["threshold", "what", "boundary sizes seen (cases)",
+                                 "above 2t+1", "crossed"], rows))
+        if operations:
+            parts.append(f"<h3>{_e(label)}: operations</h3>")
+            parts.append(_table(["operation", "count"], [[f"<code>{_e(k)}</code>", _num_cell(v)]
+                                                         for k, v in operations.items()]))
+            parts.append(f"<details><summary>{len(pairs)} ordered pairs</summary><pre>"
+                         + _e("\n".join(f"{k}: {v}" for k, v in pairs.items())) + "</pre>"
+                         "</details>")
+    return parts
 
 
 def _num_cell(value: Any) -> str:

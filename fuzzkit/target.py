@@ -42,6 +42,21 @@ class lazy:  # noqa: N801 - used like a function: lazy("pkg.mod:attr")
         return getattr(importlib.import_module(module), attr)(*args, **kwargs)
 
 
+def _accepts_keyword(fn: Any, name: str) -> bool:
+    """Whether ``fn`` (or the function a :class:`lazy` names) takes a keyword ``name``."""
+    import importlib
+    import inspect
+
+    if isinstance(fn, lazy):
+        module, _, attr = fn.path.partition(":")
+        fn = getattr(importlib.import_module(module), attr)
+    try:
+        parameters = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+    return name in parameters
+
+
 @dataclasses.dataclass(frozen=True)
 class Implementation:
     """An implementation under test: a plain callable ``inputs -> outputs``.
@@ -57,6 +72,12 @@ class Implementation:
     backend: str = "python"
     description: str = ""
     unavailable: Callable[[], Optional[str]] = lambda: None
+    #: The sizes where this implementation's code changes path (tiles, table growth, heap
+    #: compaction, policy cut-offs), as :class:`fuzzkit.reach.Threshold` records or a callable
+    #: returning them (tile sizes may differ under the interpreter); strategies aim at them.
+    thresholds: Any = ()
+    #: Modules (``"pkg.mod"``) that make up this implementation: what ``--coverage`` measures.
+    sources: Sequence[str] = ()
 
     def __call__(self, inputs: Inputs) -> Outputs:
         return self.fn(inputs)
@@ -124,6 +145,18 @@ class Target:
     #: re-run with one batch slot at a time neutralised).  The runner calls it after an oracle
     #: failure or a crash of the implementation; it must keep the failure's kind and signature.
     localize: Optional[Callable[[Callable[[Inputs], Outputs], Inputs, Failure], Failure]] = None
+    #: Thresholds of code every implementation runs through (a driver, a shared encoder); see
+    #: :class:`Implementation.thresholds`.
+    thresholds: Any = ()
+    #: Named sizes of a case: ``name -> Size`` (or ``inputs -> iterable of ints``), so reports and
+    #: tests can tell which threshold boundaries the generated cases reach.
+    sizes: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    #: The operations a case performs, in order (stateful targets: the program's ops), for the
+    #: per-operation and per-pair counts of a run; None: ``op`` of each ``inputs["program"]`` step.
+    events: Optional[Callable[[Inputs], Sequence[str]]] = None
+    #: Modules every implementation runs through (drivers, shared layers): measured by
+    #: ``--coverage`` together with the implementation's own ``sources``.
+    sources: Sequence[str] = ()
 
     def __post_init__(self) -> None:
         names = [m.name for m in self.mutants]
@@ -135,6 +168,37 @@ class Target:
                     f"target {self.name}: mutant {m.name} patches unknown implementation "
                     f"{m.implementation!r}"
                 )
+
+    def thresholds_for(self, impl: Optional[Implementation] = None) -> tuple[Any, ...]:
+        """The thresholds a strategy aims at when fuzzing ``impl``: the target's own plus the
+        implementation's (every implementation's, when ``impl`` is None)."""
+        from fuzzkit import reach
+
+        impls = [impl] if impl is not None else list(self.implementations.values())
+        found = list(reach.resolve(self.thresholds))
+        for i in impls:
+            found.extend(reach.resolve(i.thresholds))
+        return tuple(dict.fromkeys(found))
+
+    def strategy_for(self, impl: Optional[Implementation] = None) -> Any:
+        """The Hypothesis strategy for fuzzing ``impl``: ``strategy(thresholds=...)`` when the
+        strategy takes them, else ``strategy()``."""
+        if _accepts_keyword(self.strategy, "thresholds"):
+            return self.strategy(thresholds=self.thresholds_for(impl))
+        return self.strategy()
+
+    def operations(self, inputs: Inputs) -> Sequence[str]:
+        """The operations of one case, in order (see ``events``)."""
+        if self.events is not None:
+            return self.events(inputs)
+        program = inputs.get("program") if isinstance(inputs, Mapping) else None
+        if isinstance(program, list):
+            return [str(step.get("op")) for step in program if isinstance(step, Mapping)]
+        return ()
+
+    def coverage_sources(self, impl: Implementation) -> tuple[str, ...]:
+        """Modules ``--coverage`` measures for ``impl``: its own plus the target's."""
+        return tuple(dict.fromkeys([*impl.sources, *self.sources]))
 
     def implementation(self, name: str) -> Implementation:
         try:

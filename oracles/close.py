@@ -205,7 +205,7 @@ def close(
     bound = factor * np.broadcast_to(
         error_bound(dtype, reduction_length, mag, accumulate=accumulate), e.shape
     )
-    with np.errstate(invalid="ignore", divide="ignore"):
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         bound = np.where(finite, bound, np.inf)
         error = np.where(finite, np.abs(a - e), 0.0)
         over = error > bound

@@ -65,7 +65,8 @@ def test_run_clean_writes_summary(capsys, tmp_path: Path) -> None:
 def test_outside_implementation_finding_replays_and_shrinks(capsys, tmp_path: Path) -> None:
     """--impl module:attr plugs in an outside implementation; its finding replays and shrinks."""
     code, out, err = _run(capsys, "run", "toy-dot", "--impl", "toy_targets:_outside_buggy",
-                          "--budget", "20", "--report-dir", str(tmp_path / "r"),
+                          "--budget", "20", "--max-findings", "1",
+                          "--report-dir", str(tmp_path / "r"),
                           "--corpus", str(tmp_path / "corpus"))
     assert code == 1, err
     [finding] = list((tmp_path / "corpus" / "toy-dot" / "findings").glob("*.json"))

@@ -162,7 +162,8 @@ def test_property_failure_is_reported(dot) -> None:
 def test_engine_finds_and_shrinks_the_dot_mutant(dot) -> None:
     mutant = dot.mutant("drops-last-term")
     with mutant.applied():
-        result = fuzz(dot, dot.implementation("numpy"), budget=20, seed=1, database_dir=None)
+        result = fuzz(dot, dot.implementation("numpy"), budget=20, seed=1, database_dir=None,
+                      max_findings=1)
     assert result.finding is not None, "mutant not detected"
     failure = result.finding.failure
     assert failure.signature == "mismatch:close:dot"
@@ -183,14 +184,16 @@ def test_same_seed_same_finding(dot) -> None:
     findings = []
     for _ in range(2):
         with mutant.applied():
-            r = fuzz(dot, dot.implementation("numpy"), budget=20, seed=5, database_dir=None)
+            r = fuzz(dot, dot.implementation("numpy"), budget=20, seed=5, database_dir=None,
+                     max_findings=1)
         findings.append(r.finding.case_id)
     assert findings[0] == findings[1]
 
 
 def test_engine_shrinks_a_program_to_the_one_bad_step(alloc) -> None:
     with alloc.mutant("double-free").applied():
-        result = fuzz(alloc, alloc.implementation("heap"), budget=20, seed=0, database_dir=None)
+        result = fuzz(alloc, alloc.implementation("heap"), budget=20, seed=0, database_dir=None,
+                      max_findings=1)
     assert result.finding is not None
     program = result.finding.inputs["program"]
     assert len(program) <= 2, program
@@ -200,8 +203,10 @@ def test_engine_shrinks_a_program_to_the_one_bad_step(alloc) -> None:
 def test_database_replays_a_known_failure_first(dot, tmp_path) -> None:
     mutant = dot.mutant("drops-last-term")
     with mutant.applied():
-        first = fuzz(dot, dot.implementation("numpy"), budget=20, seed=11, database_dir=tmp_path)
-        again = fuzz(dot, dot.implementation("numpy"), budget=20, seed=12, database_dir=tmp_path)
+        first = fuzz(dot, dot.implementation("numpy"), budget=20, seed=11, database_dir=tmp_path,
+                     max_findings=1)
+        again = fuzz(dot, dot.implementation("numpy"), budget=20, seed=12, database_dir=tmp_path,
+                     max_findings=1)
     assert first.finding is not None and again.finding is not None
     assert first.cases_to_first_failure > 1
     assert again.cases_to_first_failure <= 5  # replayed from the database, not searched again

@@ -49,6 +49,8 @@ class CampaignOptions:
     resume: Optional[Path] = None
     hang_timeout: Optional[float] = None  # default max(30, 3 * case_timeout)
     heartbeat: float = 1.0
+    known: Any = None  # fuzzkit.known.KnownSignatures: accepted signatures, never chased
+    confirm: bool = True  # replay findings in a fresh process (state-dependent ones)
 
 
 @dataclasses.dataclass
@@ -91,7 +93,8 @@ def run_campaign(opts: CampaignOptions) -> CampaignResult:
                  "memory_mb": opts.memory_mb, "corpus": str(root), "started": time.time(),
                  "elapsed": 0.0, "status": "running", "resumes": 0, "profile": opts.profile,
                  "case_timeout": opts.case_timeout, "skipped": skipped, "next_worker": 0,
-                 "address": opts.address, "num_gpus": opts.num_gpus}
+                 "address": opts.address, "num_gpus": opts.num_gpus,
+                 "known": opts.known.to_json() if opts.known is not None else []}
         write_state(run_dir, state)
     run_dir = run_dir.resolve()
     state["status"] = "running"
@@ -109,8 +112,8 @@ def run_campaign(opts: CampaignOptions) -> CampaignResult:
         stats.add(event)
     next_id = max([int(state.get("next_worker", 0))]
                   + [int(e.get("worker", -1)) + 1 for e in events])
-    done_items = {(t, i) for t, i, _ in stats.findings}
-    todo = [p for p in plan if p not in done_items]
+    # A pair with findings keeps fuzzing: found signatures are skipped, new ones still count.
+    todo = list(plan)
 
     progress = Progress(opts.progress, float(state["budget"]))
     log = EventLog(run_dir, worker=-1)
@@ -145,7 +148,9 @@ def run_campaign(opts: CampaignOptions) -> CampaignResult:
                       "isolate": state["isolate"], "memory_mb": state.get("memory_mb"),
                       "sources": sources, "preload": source_modules(sources),
                       "sys_path": [p for p in sys.path if p], "cwd": os.getcwd(),
-                      "heartbeat": opts.heartbeat}
+                      "heartbeat": opts.heartbeat, "confirm": opts.confirm,
+                      "known": opts.known.to_json() if opts.known is not None else
+                      state.get("known", [])}
             last_seen: dict[int, float] = {}
             for items in assign(todo, int(state["workers"])):
                 spec = dict(common, worker=next_id, seed=int(state["seed"]) * 1000 + next_id,
@@ -325,13 +330,13 @@ class RunRecorder:
         on_case(0, final=True)
         return on_case
 
-    def finding(self, result: Any, path: Path) -> None:
-        f = result.finding
-        self.log.emit("finding", target=result.target, impl=result.implementation,
-                      signature=f.failure.signature, kind=f.failure.kind,
-                      message=f.failure.message, case=str(Path(path).resolve()),
-                      case_id=f.case_id,
-                      seconds_to_first_failure=result.seconds_to_first_failure)
+    def found(self, case: Any, path: Path, sequence: Any = None) -> None:
+        """Log one finding (its case file is on disk already)."""
+        f = case.failure
+        self.log.emit("finding", target=case.target, impl=case.implementation,
+                      signature=f.signature, kind=f.kind, message=f.message,
+                      case=str(Path(path).resolve()), case_id=case.case_id,
+                      sequence=sequence.case_id if sequence is not None else None)
 
     def finish(self, status: str = "done") -> None:
         self.log.emit("worker_exit", status="ok",

@@ -87,27 +87,45 @@ def worker_main(spec: dict[str, Any]) -> dict[str, Any]:
                              elapsed=round(now - item_start, 3))
 
             progress(0, final=True)
-            result = _fuzz_item(spec, target, impl, share, progress)
-            progress(result.cases, final=True)
-            totals["cases"] += result.cases
-            found = list(getattr(result, "findings", None) or [])  # atheris: several
-            if not found and getattr(result, "finding", None) is not None:
-                found = [result.finding]
-            for finding in found:
-                if finding.failure is None:
-                    continue
-                path = corpus.save(finding, Path(spec["corpus"]))  # idempotent: content hash
+            reported: set[str] = set()
+
+            def report(finding: Any, sequence: Any = None, tname: str = tname,
+                       impl: Any = impl, reported: set[str] = reported) -> None:
+                """Save one finding (and its sequence) and log it, as soon as it is final."""
+                if finding.failure is None or finding.case_id in reported:
+                    return
+                reported.add(finding.case_id)
+                root = Path(spec["corpus"])
+                path = corpus.save(finding, root)  # idempotent: content hash
+                if sequence is not None:
+                    sequence.save(corpus.directory(root, tname, "sequences"))
+                first = None
+                if result_box:
+                    first = result_box[0].found_at.get(finding.failure.signature, {}).get(
+                        "seconds")
                 event = {"t": time.time(), "worker": wid, "type": "finding", "target": tname,
                          "impl": impl.name, "signature": finding.failure.signature,
                          "kind": finding.failure.kind, "message": finding.failure.message,
                          "case": str(path.resolve()), "case_id": finding.case_id,
-                         "seconds_to_first_failure": result.seconds_to_first_failure}
+                         "sequence": sequence.case_id if sequence is not None else None,
+                         "seconds_to_first_failure": first}
                 if claim_finding(run_dir, event):
                     log.write(event)
                     totals["findings"] += 1
                 else:
                     log.emit("duplicate", target=tname, impl=impl.name,
                              signature=finding.failure.signature, case=str(path.resolve()))
+
+            result_box: list[Any] = []
+            result = _fuzz_item(spec, target, impl, share, progress, report, ispec)
+            result_box.append(result)
+            progress(result.cases, final=True)
+            totals["cases"] += result.cases
+            found = list(getattr(result, "findings", None) or [])  # atheris: several
+            if not found and getattr(result, "finding", None) is not None:
+                found = [result.finding]
+            for finding in found:  # the ones not reported as they were found (atheris)
+                report(finding, (getattr(result, "sequences", None) or {}).get(finding.case_id))
             for sig, count in (getattr(result, "other_signatures", None) or {}).items():
                 log.emit("other_signature", target=tname, impl=impl.name, signature=sig,
                          count=count)
@@ -121,11 +139,36 @@ def worker_main(spec: dict[str, Any]) -> dict[str, Any]:
     return {"worker": wid, **totals}
 
 
+class _SkipFound:
+    """The signatures a worker does not chase: the user's accepted ones (``--known``) and those
+    another worker of this campaign (or an earlier session of it) has claimed already -- shrinking
+    a bug twice would cost the second worker its share of the budget."""
+
+    def __init__(self, user_known: Any, run_dir: Path) -> None:
+        self.user_known = user_known
+        self.run_dir = run_dir
+
+    def match(self, target: str, impl: str, signature: str) -> Any:
+        from fuzzkit.campaign.state import CLAIMS, finding_key
+        from fuzzkit.known import KnownSignature
+
+        if self.user_known is not None:
+            hit = self.user_known.match(target, impl, signature)
+            if hit is not None:
+                return hit
+        inner = signature.removeprefix("nondeterministic:")
+        for claimed in (signature, inner, f"state-dependent:{inner}",
+                        f"nondeterministic:{inner}"):
+            if (self.run_dir / CLAIMS / (finding_key(target, impl, claimed) + ".json")).exists():
+                return KnownSignature(signature, "found by another worker of this campaign")
+        return None
+
+
 #: Phases in which the fuzzing thread legitimately reports no cases for a long time: ddmin
 #: after a finding (``_polish``) and a whole atheris run (it fuzzes in a child process that
 #: keeps its own per-case timeouts).  While the main thread is inside one of these, a side
 #: thread writes ``heartbeat`` events so the coordinator does not take the worker for hung.
-_QUIET_PHASES = {"_polish", "fuzz_atheris", "shrink_case"}
+_QUIET_PHASES = {"_polish", "fuzz_atheris", "shrink_case", "confirm"}
 
 
 def _start_heartbeat(log: Any, spec: dict[str, Any]) -> None:
@@ -150,7 +193,8 @@ def _start_heartbeat(log: Any, spec: dict[str, Any]) -> None:
     threading.Thread(target=beat, daemon=True, name="fuzzkit-heartbeat").start()
 
 
-def _fuzz_item(spec: dict[str, Any], target: Any, impl: Any, share: float, progress: Any) -> Any:
+def _fuzz_item(spec: dict[str, Any], target: Any, impl: Any, share: float, progress: Any,
+               report: Any = None, impl_spec: str = "") -> Any:
     run_dir = Path(spec["run_dir"])
     checker = None
     if spec.get("isolate"):
@@ -175,9 +219,25 @@ def _fuzz_item(spec: dict[str, Any], target: Any, impl: Any, share: float, progr
             if "checker" not in inspect.signature(fuzz).parameters:
                 raise RuntimeError("this fuzzkit's engine does not take a checker (--isolate)")
             kwargs["checker"] = checker
+        user_known = None
+        if spec.get("known"):
+            from fuzzkit.known import parse
+
+            user_known = parse({"format": "fuzzkit-known/1", "known": spec["known"]}, "campaign")
+        known = _SkipFound(user_known, run_dir)
+        confirm = None
+        if spec.get("confirm", True) and not spec.get("isolate"):
+            from fuzzkit.fresh import FreshConfirmer, FreshContext
+            from fuzzkit.isolation import target_source_spec
+
+            confirm = FreshConfirmer(FreshContext(
+                target.name, impl_spec or impl.name, preload=tuple(spec.get("preload", ())),
+                target_spec=target_source_spec(target.name),
+                case_timeout=spec["case_timeout"]))
         return fuzz(target, impl, budget=share, seed=spec["seed"], profile=spec["profile"],
                     database_dir=run_dir / "db", case_timeout=spec["case_timeout"],
-                    on_case=progress, **kwargs)
+                    on_case=progress, known=known, confirm=confirm, on_finding=report,
+                    **kwargs)
     finally:
         if checker is not None and hasattr(checker, "close"):
             checker.close()

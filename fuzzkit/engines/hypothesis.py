@@ -2,9 +2,11 @@
 
 Hypothesis has no wall-clock budget, so a run is a sequence of ``@given`` *chunks* with seeds
 derived from the run seed; each chunk is sized from the measured case rate so that the last one
-ends near the budget.  The first failure fixes the bug being chased: its signature is the only
-one that counts as "failing" afterwards, so shrinking stays on the same bug instead of wandering
-to an easier one (other signatures are counted and reported, not shrunk).
+ends near the budget.  Within a chunk, the first failure with a new signature fixes the bug being
+chased: its signature is the only one that counts as "failing" while Hypothesis shrinks it, so
+shrinking stays on the same bug instead of wandering to an easier one.  Then the run goes on: a
+found signature is counted, never chased again, so one false alarm or known difference cannot
+hide every other bug of the pair.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import collections
 import dataclasses
 import time
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 import hypothesis
 from hypothesis import HealthCheck, Phase, Verbosity, given, settings
@@ -49,6 +51,7 @@ class FuzzResult:
     seed: int
     cases: int = 0
     seconds: float = 0.0
+    #: The first finding (kept for callers that want one); every distinct one is in ``findings``.
     finding: Optional[Case] = None
     seconds_to_first_failure: Optional[float] = None
     cases_to_first_failure: Optional[int] = None
@@ -56,6 +59,19 @@ class FuzzResult:
     #: (Hypothesis seed, max_examples) of every @given chunk, in order: with these a run's
     #: generated inputs can be regenerated exactly (the overhead benchmark does).
     chunks: list[tuple[int, int]] = dataclasses.field(default_factory=list)
+    #: Every distinct finding of the run, one per signature, in the order they were found.
+    findings: list[Case] = dataclasses.field(default_factory=list)
+    #: Per finding signature: seconds and cases to its first occurrence.
+    found_at: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)
+    #: Failures whose signature the user accepted (``--known``), by signature: skipped, counted.
+    known_hits: dict[str, int] = dataclasses.field(default_factory=dict)
+    #: Case ids of findings that passed in a fresh process, with the sequence of cases that
+    #: replays them (a :class:`fuzzkit.sequence.CaseSequence`, or None if none was found).
+    sequences: dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: Operation and ordered-pair counts of the generated cases (stateful targets).
+    operations: dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: Which threshold boundaries the generated cases reached (see :mod:`fuzzkit.reach`).
+    reach: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
     @property
     def cases_per_second(self) -> float:
@@ -72,6 +88,17 @@ class _FoundExpensive(BaseException):
     shrunk by Hypothesis: it stops the test at once and the case is kept as found."""
 
 
+class _ShrinkTimeUp(BaseException):
+    """The chased failure's shrinking ran out of time: stop Hypothesis at once and keep the
+    smallest failing case seen so far (a BaseException is not caught by Hypothesis)."""
+
+
+#: How long shrinking one finding may run past the budget: a fraction of the budget, within
+#: these bounds (seconds).  Shrinking earlier in the run counts against the budget itself.
+SHRINK_GRACE = (2.0, 30.0)
+SHRINK_FRACTION = 0.2
+
+
 def fuzz(
     target: Target,
     impl: Implementation,
@@ -85,14 +112,31 @@ def fuzz(
     case_timeout: Optional[float] = None,
     on_case: Optional[Callable[[int], None]] = None,
     checker: Optional[Callable[..., Verdict]] = None,
+    max_findings: Optional[int] = None,
+    known: Optional[Any] = None,
+    confirm: Optional[Callable[[Case, Sequence[Inputs]], tuple[Case, Any]]] = None,
+    on_finding: Optional[Callable[[Case, Any], None]] = None,
+    history: int = 64,
 ) -> FuzzResult:
     """Fuzz ``impl`` against ``target``'s reference for about ``budget`` seconds.
 
-    Stops at the first failure (then shrinks it, which may take longer than the budget).
-    ``checker(target, impl, inputs, *, properties, timeout) -> Verdict`` replaces
-    :func:`~fuzzkit.runner.check_case` for every case, e.g. an
+    The run keeps going after a finding: each *new* signature is chased (Hypothesis shrinks it,
+    keeping the signature), polished by ddmin, confirmed, handed to ``on_finding`` at once (so it
+    is on disk before anything else can go wrong) and from then on counted, not chased again.
+    ``max_findings`` stops the run after that many (``fuzzkit mutants`` stops at the first: it
+    measures the time to detect).  ``known`` (a :class:`fuzzkit.known.KnownSignatures`) lists
+    signatures the user accepted: counted in ``known_hits``, never chased.  Signatures seen only
+    while another was being shrunk become findings at the end, polished by ddmin.
+
+    ``confirm(case, history) -> (case, sequence)`` re-runs a finding in a fresh process (see
+    :mod:`fuzzkit.fresh`); ``history`` is the inputs of the cases that ran before it in this
+    run (at most ``history`` of them).  ``checker(target, impl, inputs, *, properties,
+    timeout) -> Verdict`` replaces :func:`~fuzzkit.runner.check_case` for every case, e.g. an
     :class:`~fuzzkit.isolation.IsolatedChecker` that runs cases in a child process.
     """
+    from fuzzkit import reach
+    from fuzzkit.program import OperationCounts
+
     if profile not in PROFILES:
         raise ValueError(f"unknown profile {profile!r}; choose from {sorted(PROFILES)}")
     result = FuzzResult(target.name, impl.name, seed)
@@ -103,35 +147,88 @@ def fuzz(
         slot = database_dir / target.name / _safe_name(impl.name) if database_dir else None
         options["database"] = DirectoryBasedExampleDatabase(str(slot)) if slot else None
     phases = [Phase.explicit, Phase.reuse, Phase.generate] + ([Phase.shrink] if shrink else [])
-    strategy = target.strategy()
-    chased: dict[str, Any] = {"signature": None, "inputs": None, "failure": None}
-    others: collections.Counter[str] = collections.Counter()
+    strategy = target.strategy_for(impl)
     check = checker if checker is not None else check_case
+    operations = OperationCounts()
+    thresholds = target.thresholds_for(impl)
+    reached = reach.ReachCounter(thresholds, target.sizes) if thresholds and target.sizes else None
+    recent: collections.deque[Inputs] = collections.deque(maxlen=max(1, history))
+    others: collections.Counter[str] = collections.Counter()
+    known_hits: collections.Counter[str] = collections.Counter()
+    #: signature -> (inputs, failure, history) of its first occurrence, while not chased
+    first_seen: dict[str, tuple[Inputs, Any, list[Inputs]]] = {}
+    found: dict[str, Case] = {}
+    chase: dict[str, Any] = {}
     start = time.monotonic()
+    deadline = start + budget
+    grace = min(max(SHRINK_GRACE[0], SHRINK_FRACTION * budget), SHRINK_GRACE[1])
+
+    def is_known(signature: str) -> bool:
+        return known is not None and known.match(target.name, impl.name, signature) is not None
 
     def run_one(inputs: Inputs) -> None:
+        if chase and time.monotonic() > chase["until"]:
+            raise _ShrinkTimeUp()
         result.cases += 1
         if on_case is not None:
             on_case(result.cases)
+        if not chase:
+            operations.add(target.operations(inputs))
+            if reached is not None:
+                reached.add(inputs)
+        before = list(recent)
+        recent.append(inputs)
         verdict = check(target, impl, inputs, properties=properties, timeout=case_timeout)
         failure = verdict.failure
         if failure is None:
             return
-        if chased["signature"] is None:
-            chased["signature"] = failure.signature
-            result.seconds_to_first_failure = time.monotonic() - start
-            result.cases_to_first_failure = result.cases
-        if failure.signature == chased["signature"]:
-            chased["inputs"], chased["failure"] = inputs, failure
+        signature = failure.signature
+        if is_known(signature):
+            known_hits[signature] += 1
+            return
+        if signature in found:
+            others[signature] += 1
+            return
+        if signature not in result.found_at:
+            result.found_at[signature] = {"seconds": round(time.monotonic() - start, 3),
+                                          "cases": result.cases}
+        if not chase:
+            chase.update(signature=signature, until=max(deadline, time.monotonic() + grace))
+        if signature == chase["signature"]:
+            chase.update(inputs=inputs, failure=failure, history=before)
             if failure.kind == "timeout":
                 raise _FoundExpensive()
             raise _Found()
-        others[failure.signature] += 1
+        others[signature] += 1
+        first_seen.setdefault(signature, (inputs, failure, before))
+
+    def finish(inputs: Inputs, failure: Any, before: list[Inputs], origin: str) -> None:
+        case = Case(target=target.name, implementation=impl.name, inputs=inputs, seed=seed,
+                    failure=failure, origin=origin)
+        if shrink and target.reducible and failure.kind != "timeout":
+            case = _polish(target, impl, case, case_timeout, checker,
+                           until=max(deadline, time.monotonic() + grace))
+        sequence = None
+        if confirm is not None:
+            case, sequence = confirm(case, before)
+            if sequence is not None or (case.failure and case.failure.kind == "state-dependent"):
+                result.sequences[case.case_id] = sequence
+        found[failure.signature] = case
+        result.findings.append(case)
+        if result.finding is None:
+            result.finding = case
+            first = result.found_at.get(failure.signature, {})
+            result.seconds_to_first_failure = first.get("seconds")
+            result.cases_to_first_failure = first.get("cases")
+        if on_finding is not None:
+            on_finding(case, sequence)
+
+    def enough() -> bool:
+        return max_findings is not None and len(found) >= max_findings
 
     chunk, rate = 0, None
-    while True:
-        elapsed = time.monotonic() - start
-        remaining = budget - elapsed
+    while not enough():
+        remaining = deadline - time.monotonic()
         if remaining <= 0 and chunk > 0:
             break
         if rate is None:
@@ -144,45 +241,48 @@ def fuzz(
         chunk_seed = seed * 1_000_003 + chunk
         test = hypothesis.seed(chunk_seed)(test)
         result.chunks.append((chunk_seed, examples))
+        chase.clear()
         try:
             test()
-        except (_Found, _FoundExpensive):
-            break
-        except Flaky:
-            # The chased failure did not reproduce during Hypothesis's final replay: keep what we
-            # saw last; check_case already labelled it if it is non-deterministic.
-            break
+        except (_Found, _FoundExpensive, _ShrinkTimeUp, Flaky):
+            # Flaky: the chased failure did not reproduce during Hypothesis's final replay; keep
+            # what we saw last (check_case already labelled it if it is non-deterministic).
+            pass
         chunk += 1
+        if "failure" in chase:
+            finish(chase["inputs"], chase["failure"], chase["history"], "hypothesis")
+            chase.clear()
+            continue  # a finding's chunk says nothing about the case rate
         spent = time.monotonic() - before_time
         done = result.cases - before_cases
         if done and spent > 0:
             rate = done / spent
         if done == 0:
             break  # the strategy is exhausted (tiny search spaces)
+    # Signatures seen only while another was being shrunk: findings too, polished by ddmin.
+    for signature, (inputs, failure, before) in first_seen.items():
+        if enough():
+            break
+        if signature not in found:
+            finish(inputs, failure, before, "hypothesis")
     result.seconds = time.monotonic() - start
-    result.other_signatures = dict(others)
-    if chased["failure"] is not None:
-        result.finding = Case(
-            target=target.name,
-            implementation=impl.name,
-            inputs=chased["inputs"],
-            seed=seed,
-            failure=chased["failure"],
-            origin="hypothesis",
-        )
-        if shrink and target.reducible and chased["failure"].kind != "timeout":
-            result.finding = _polish(target, impl, result.finding, case_timeout, checker)
+    result.other_signatures = {s: n for s, n in others.items()}
+    result.known_hits = dict(known_hits)
+    result.operations = operations.to_json() if operations.cases else {}
+    result.reach = [c.to_json() for c in reached.crossings()] if reached is not None else []
     return result
 
 
 def _polish(target: Target, impl: Implementation, finding: Case,
             case_timeout: Optional[float],
-            checker: Optional[Callable[..., Verdict]] = None) -> Case:
+            checker: Optional[Callable[..., Verdict]] = None,
+            until: Optional[float] = None) -> Case:
     """ddmin after Hypothesis: Hypothesis shrinks the *choices* behind a case, so structure its
     strategy imposes (a prefill drawn as add+allocate+write+publish) survives; deleting single
     program steps or array rows directly removes what the failure does not need."""
     try:
-        shrunk = shrink_case(target, impl, finding, timeout=case_timeout, checker=checker).case
+        shrunk = shrink_case(target, impl, finding, timeout=case_timeout, checker=checker,
+                             until=until).case
     except ValueError:  # did not reproduce outside Hypothesis: keep what Hypothesis reported
         return finding
     return dataclasses.replace(shrunk, seed=finding.seed, origin="hypothesis+ddmin")

@@ -9,6 +9,7 @@ its signature.
 from __future__ import annotations
 
 import dataclasses
+import time
 from typing import Any, Callable, Optional, Sequence, TypeVar
 
 import numpy as np
@@ -81,8 +82,12 @@ class ShrinkResult:
 
 def shrink_case(target: Target, impl: Implementation, case: Case,
                 *, timeout: Optional[float] = None,
-                checker: Optional[Callable[..., Any]] = None) -> ShrinkResult:
+                checker: Optional[Callable[..., Any]] = None,
+                until: Optional[float] = None) -> ShrinkResult:
     """Shrink a failing case along the target's reducible inputs, keeping its signature.
+
+    ``until`` (a ``time.monotonic()`` instant) ends the search early: every candidate after it
+    counts as passing, so ddmin stops with the smallest failing case found so far.
 
     ``checker`` (same contract as :func:`fuzzkit.engines.hypothesis.fuzz`'s) replaces
     :func:`check_case`, e.g. to shrink a crash inside an isolated worker process.
@@ -104,6 +109,8 @@ def shrink_case(target: Target, impl: Implementation, case: Case,
 
     def still_fails(candidate: Inputs) -> bool:
         nonlocal tests
+        if until is not None and time.monotonic() > until:
+            return False
         if target.validate is not None and target.validate(candidate) is not None:
             return False
         tests += 1
