@@ -114,6 +114,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds per mutant (default 30)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--only", action="append", default=[], metavar="MUTANT",
+                   help="run only this mutant (repeatable)")
     p.add_argument("--shrink", action="store_true",
                    help="minimize each finding and report its size (program steps, rows)")
     p.add_argument("--save-regressions", type=Path, metavar="CORPUS",
@@ -552,9 +554,16 @@ def cmd_mutants(args: argparse.Namespace) -> int:
     from fuzzkit.registry import get_target, target_names
 
     targets = [get_target(n) for n in (args.targets or target_names())]
+    known_names = {m.name for t in targets for m in t.mutants}
+    unknown = sorted(set(args.only) - known_names)
+    if unknown:
+        raise UsageError(f"--only: no such mutant {', '.join(unknown)} (`fuzzkit list --json` "
+                         "names them)")
     results = []
     for target in targets:
         for mutant in target.mutants:
+            if args.only and mutant.name not in args.only:
+                continue
             if not args.json:
                 _status(f"mutant {target.name}/{mutant.name} ...")
             result = run_mutant(target, mutant, budget=args.budget, seed=args.seed,

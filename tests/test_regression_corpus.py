@@ -26,7 +26,35 @@ def test_the_corpus_has_mutant_regressions() -> None:
     assert len(FROM_MUTANTS) >= 5
 
 
-@pytest.mark.parametrize("path", FROM_MUTANTS, ids=lambda p: f"{p.parent.parent.name}/{p.stem}")
+def _state_dependent(path: Path) -> bool:
+    failure = casefile.load(path).failure
+    return failure is not None and failure.kind == "state-dependent"
+
+
+@pytest.mark.parametrize("path", [p for p in FROM_MUTANTS if _state_dependent(p)],
+                         ids=lambda p: f"{p.parent.parent.name}/{p.stem}")
+def test_state_dependent_regression_replays_its_sequence_in_a_fresh_process(path: Path) -> None:
+    """A state-dependent finding passes alone; its saved sequence fails in a fresh process
+    under the mutant (and passes on the real implementation)."""
+    from fuzzkit.fresh import FreshContext, Zygote
+    from fuzzkit.sequence import load_any
+
+    case = casefile.load(path)
+    sequence = load_any(path.parent.parent / "sequences" / f"{case.failure.details['sequence']}.json")
+    inner = case.failure.signature.removeprefix("state-dependent:")
+    mutant = case.origin.removeprefix("mutant:")
+    last = len(sequence.steps) - 1
+    with Zygote(FreshContext(case.target, case.implementation, mutants=(mutant,)),
+                sequence.steps) as zygote:
+        assert zygote.run([last]) is None  # alone: passes, even under the mutant
+        failure = zygote.run(list(range(len(sequence.steps))))
+    assert failure is not None and failure.signature == inner
+    with Zygote(FreshContext(case.target, case.implementation), sequence.steps) as zygote:
+        assert zygote.run(list(range(len(sequence.steps)))) is None
+
+
+@pytest.mark.parametrize("path", [p for p in FROM_MUTANTS if not _state_dependent(p)],
+                         ids=lambda p: f"{p.parent.parent.name}/{p.stem}")
 def test_regression_still_catches_its_mutant(path: Path) -> None:
     case = casefile.load(path)
     target = get_target(case.target)
