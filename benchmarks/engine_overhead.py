@@ -28,7 +28,7 @@ from fuzzkit.target import Implementation, Target  # noqa: E402
 
 def bare_seconds(target: Target, impl: Implementation, chunks: list[tuple[int, int]]) -> float:
     """Seconds the loop a user would write with Hypothesis alone takes over the same chunks."""
-    strategy = target.strategy()
+    strategy = target.strategy_for(impl)
 
     def check(inputs):  # type: ignore[no-untyped-def]
         expected = target.reference(inputs)

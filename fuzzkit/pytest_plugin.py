@@ -99,14 +99,20 @@ class FuzzItem(_FuzzkitItem):
         reason = impl.unavailable()
         if reason:
             pytest.skip(f"{impl.name} unavailable: {reason}")
+        saved: list[tuple[Any, Any]] = []
+
+        def keep(case: Any, sequence: Any) -> None:  # on disk as soon as it is final
+            saved.append((case, corpus.save(case, corpus.default_root())))
+
         result = fuzz(target, impl, budget=config.getoption("fuzzkit_budget"),
-                      seed=config.getoption("fuzzkit_seed"))
-        if result.finding is not None:
-            path = corpus.save(result.finding, corpus.default_root())
-            failure = result.finding.failure
-            assert failure is not None
-            raise CaseFailed(f"{failure.signature} after {result.cases} cases\n{failure.message}\n"
-                             f"minimized case: {path}\nreplay: fuzzkit replay {path}")
+                      seed=config.getoption("fuzzkit_seed"), on_finding=keep)
+        if saved:
+            lines = [f"{len(saved)} finding(s) after {result.cases} cases"]
+            for case, path in saved:
+                failure = case.failure
+                lines += [f"{failure.signature}: {failure.message}",
+                          f"  minimized case: {path}", f"  replay: fuzzkit replay {path}"]
+            raise CaseFailed("\n".join(lines))
 
     def reportinfo(self) -> tuple[str, int, str]:
         return "fuzzkit", 0, f"fuzz {self.target_name}/{self.impl_name}"

@@ -21,7 +21,7 @@ from fuzzkit.target import Implementation, Inputs, Target
 
 def target_inputs(name: str) -> Any:
     """The Hypothesis strategy that makes ``inputs`` for target ``name``."""
-    return get_target(name).strategy()
+    return get_target(name).strategy_for()
 
 
 def assert_agrees(target: Union[Target, str], impl: Union[Implementation, Callable[[Inputs], Any]],
@@ -52,7 +52,7 @@ def first_failure(target: Target, impl: Implementation, max_examples: int, *,
 
     @settings(max_examples=max_examples, derandomize=seed is None, phases=[Phase.generate],
               deadline=None, database=None, suppress_health_check=list(HealthCheck))
-    @given(target.strategy())
+    @given(target.strategy_for(impl))
     def search(inputs: Inputs) -> None:
         failure = check_case(target, impl, inputs, properties=properties, confirm=False).failure
         if failure is not None:

@@ -226,10 +226,11 @@ def _instrumented_packages(config: dict[str, Any]) -> list[str]:
     return sorted({spec.split(":")[0].split(".")[0] for spec in specs if spec})
 
 
-def _build_test(config: dict[str, Any], target: Target, run_one: Any) -> Any:
+def _build_test(config: dict[str, Any], target: Target, impl: Implementation,
+                run_one: Any) -> Any:
     from hypothesis import HealthCheck, Verbosity, given, settings
 
-    test = given(target.strategy())(run_one)
+    test = given(target.strategy_for(impl))(run_one)
     return settings(database=None, deadline=None, verbosity=Verbosity.quiet,
                     suppress_health_check=list(HealthCheck), report_multiple_bugs=False)(test)
 
@@ -309,7 +310,7 @@ def _main(argv: list[str]) -> int:
                     "elapsed": time.monotonic() - start})
         write_stats()
 
-    test = _build_test(config, target, run_one)
+    test = _build_test(config, target, impl, run_one)
     fuzz_one_input = test.hypothesis.fuzz_one_input
 
     def one_input(data: bytes) -> None:
@@ -362,7 +363,7 @@ def _decode_main(config: dict[str, Any], artifact: Path, code: int) -> int:
                          seed=config["seed"], failure=failure, origin="atheris")
             saved.append(corpus.save(found, Path(config["corpus_root"]), "findings"))
 
-    test = _build_test(config, target, decode_one)
+    test = _build_test(config, target, impl, decode_one)
     test.hypothesis.fuzz_one_input(artifact.read_bytes())
     if not saved:
         return 1
