@@ -313,7 +313,7 @@ def _run_plan_in_process(args: argparse.Namespace, plan: list[Any], skipped: lis
             recorder.found(case, path, sequence)
             _status(f"  found {case.failure.signature} -> {path}")
 
-        confirm = None if args.no_confirm else _confirmer(target, impl, args, mutants)
+        confirm = None if args.no_confirm else _confirmer(target, impl, args, mutants, share)
         with contextlib.ExitStack() as stack:
             for mutant in mutants:
                 stack.enter_context(mutant.applied())
@@ -354,7 +354,10 @@ def _run_plan_in_process(args: argparse.Namespace, plan: list[Any], skipped: lis
     return EXIT_FINDINGS if findings else EXIT_CLEAN
 
 
-def _confirmer(target: Any, impl: Any, args: argparse.Namespace, mutants: list[Any]) -> Any:
+def _confirmer(target: Any, impl: Any, args: argparse.Namespace, mutants: list[Any],
+               share: float) -> Any:
+    """Fresh-process confirmation for one pair; minimizing a state-dependent finding's sequence
+    may take a quarter of the pair's share (10 s at least, 120 s at most)."""
     from fuzzkit.fresh import FreshConfirmer, FreshContext
     from fuzzkit.isolation import target_source_spec
 
@@ -363,7 +366,7 @@ def _confirmer(target: Any, impl: Any, args: argparse.Namespace, mutants: list[A
     return FreshConfirmer(FreshContext(
         target=target.name, implementation=args.impl or impl.name,
         mutants=tuple(m.name for m in mutants), preload=preload, target_spec=spec,
-        case_timeout=args.case_timeout))
+        case_timeout=args.case_timeout, time_limit=max(10.0, min(120.0, share / 4))))
 
 
 def _summary_table(rows: list[dict[str, Any]], skipped: list[dict[str, Any]]) -> Any:
@@ -628,5 +631,5 @@ def _status(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-if __name__ == "__main__":  # pragma: no cover
+if __name__ == "__main__":  # pragma: no cover - run as a script, not imported
     raise SystemExit(main())

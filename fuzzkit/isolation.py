@@ -165,7 +165,7 @@ class IsolatedChecker:
         try:
             if self._proc is not None and self._proc.is_alive():
                 _kill(self._proc.pid, _sig)
-        except Exception:  # noqa: BLE001  # pragma: no cover
+        except Exception:  # noqa: BLE001  # pragma: no cover - interpreter shutdown
             pass
 
     @property

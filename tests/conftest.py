@@ -10,12 +10,14 @@ import pytest  # noqa: E402
 
 from fuzzkit import registry  # noqa: E402
 
+import reach_targets  # noqa: E402
 import toy_targets  # noqa: E402
 
 pytest_plugins = ["pytester"]
 
 registry.register_target("toy-dot", replace=True)(toy_targets.dot_target)
 registry.register_target("toy-alloc", replace=True)(toy_targets.alloc_target)
+registry.register_target("toy-tiles", replace=True)(reach_targets.target)
 
 
 @pytest.fixture
@@ -26,3 +28,8 @@ def dot() -> registry.Target:
 @pytest.fixture
 def alloc() -> registry.Target:
     return registry.get_target("toy-alloc")
+
+
+@pytest.fixture
+def tiles() -> registry.Target:
+    return registry.get_target("toy-tiles")

@@ -94,7 +94,8 @@ class _ShrinkTimeUp(BaseException):
 
 
 #: How long shrinking one finding may run past the budget: a fraction of the budget, within
-#: these bounds (seconds).  Shrinking earlier in the run counts against the budget itself.
+#: these bounds (seconds).  Shrinking earlier in the run counts against the budget itself, and
+#: one finding shrinks for at most a quarter of the budget (or the grace, if longer).
 SHRINK_GRACE = (2.0, 30.0)
 SHRINK_FRACTION = 0.2
 
@@ -163,6 +164,13 @@ def fuzz(
     deadline = start + budget
     grace = min(max(SHRINK_GRACE[0], SHRINK_FRACTION * budget), SHRINK_GRACE[1])
 
+    def shrink_until() -> float:
+        """When shrinking (or polishing) the finding at hand must stop: after at most a quarter
+        of the budget, so that one bug cannot eat the time the next one needs, and at most
+        ``grace`` past the deadline."""
+        now = time.monotonic()
+        return min(now + max(grace, 0.25 * budget), max(deadline, now + grace))
+
     def is_known(signature: str) -> bool:
         return known is not None and known.match(target.name, impl.name, signature) is not None
 
@@ -193,7 +201,7 @@ def fuzz(
             result.found_at[signature] = {"seconds": round(time.monotonic() - start, 3),
                                           "cases": result.cases}
         if not chase:
-            chase.update(signature=signature, until=max(deadline, time.monotonic() + grace))
+            chase.update(signature=signature, until=shrink_until())
         if signature == chase["signature"]:
             chase.update(inputs=inputs, failure=failure, history=before)
             if failure.kind == "timeout":
@@ -206,8 +214,7 @@ def fuzz(
         case = Case(target=target.name, implementation=impl.name, inputs=inputs, seed=seed,
                     failure=failure, origin=origin)
         if shrink and target.reducible and failure.kind != "timeout":
-            case = _polish(target, impl, case, case_timeout, checker,
-                           until=max(deadline, time.monotonic() + grace))
+            case = _polish(target, impl, case, case_timeout, checker, until=shrink_until())
         sequence = None
         if confirm is not None:
             case, sequence = confirm(case, before)

@@ -18,14 +18,16 @@ Codes arrive in their storage width: ``uint8`` for turbo8 and, since PyTorch has
 ``uint16`` tensor support, the ``uint16`` codes of turbo16 reinterpreted as ``int16`` and widened
 in the kernel with ``& 0xFFFF`` (a plain sign extension would turn codes >= 32768 negative).
 
-Guard tails: the launcher allocates ``BLOCK_D`` extra zero elements after the last row of the
-query and code buffers.  A correct kernel never reads them; a kernel with a mask bug (see the
+Guard tails: the launcher allocates ``BLOCK_D`` (the launched ``block_d``) extra zero elements
+after the last row of the query and code buffers.  A correct kernel never reads them; a kernel with a mask bug (see the
 ``hoisted-d-mask`` mutant) reads them instead of running off the allocation, which under
 ``TRITON_INTERPRET=1`` would read arbitrary memory (silently, per the platform notes) and on a GPU
 could fault -- the guard makes such a bug fail deterministically, so it can be shrunk and replayed.
 
-Configs are fixed (``@triton.autotune`` needs a GPU driver): one ``(64, 64, 32)`` tile config
-everywhere; under the interpreter that keeps the grid to one or a few programs for fuzzing sizes.
+Tiles are launch parameters (:mod:`targets.quant.tiles`; ``@triton.autotune`` needs a GPU
+driver): a GPU launches ``(64, 64, 32)``; the interpreter launches ``(16, 32, 16)``, so that
+fuzzing-sized cases need second programs along ``M`` and ``N`` and a second ``D`` step -- the
+code past the first tile runs under test, not only on a GPU.
 """
 
 from __future__ import annotations
@@ -43,10 +45,8 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-BLOCK_M = 64
-BLOCK_N = 64
-BLOCK_D = 32
-NUM_WARPS = 4
+from targets.quant import tiles as tile_configs  # noqa: E402
+from targets.quant.tiles import Tiles  # noqa: E402
 
 
 @triton.jit
@@ -91,9 +91,9 @@ def score_kernel(
 kernel: Callable[..., Any] = score_kernel
 
 
-def _guarded(array: np.ndarray, dtype: torch.dtype, device: str) -> torch.Tensor:
-    """A flat device buffer holding ``array`` row-major, followed by ``BLOCK_D`` zeros."""
-    flat = torch.zeros(array.size + BLOCK_D, dtype=dtype, device=device)
+def _guarded(array: np.ndarray, dtype: torch.dtype, device: str, guard: int) -> torch.Tensor:
+    """A flat device buffer holding ``array`` row-major, followed by ``guard`` zeros."""
+    flat = torch.zeros(array.size + guard, dtype=dtype, device=device)
     if array.size:
         flat[: array.size] = torch.from_numpy(np.ascontiguousarray(array).reshape(-1)).to(device)
     return flat
@@ -103,49 +103,60 @@ def _guarded(array: np.ndarray, dtype: torch.dtype, device: str) -> torch.Tensor
 class Operands:
     """Device-resident kernel operands (built once, launched many times by the benchmark)."""
 
-    queries: torch.Tensor  # flat float32, m*D + BLOCK_D guard
-    codes: torch.Tensor  # flat uint8 / int16 (uint16 bits), n*D + BLOCK_D guard
+    queries: torch.Tensor  # flat float32, m*D + block_d guard
+    codes: torch.Tensor  # flat uint8 / int16 (uint16 bits), n*D + block_d guard
     codebook: torch.Tensor  # float32 centroids
     scales: torch.Tensor  # float32 (n,)
     m: int
     n: int
     dim: int
     code_mask: int
+    tiles: Tiles  # what launch() launches; the guard tails are tiles.block_d long
 
 
 def to_device(queries: np.ndarray, codes: np.ndarray, scales: np.ndarray,
-              centroids: np.ndarray) -> Operands:
-    """Copy NumPy operands to the kernel's device in the layout :func:`launch` expects."""
+              centroids: np.ndarray, tiles: Optional[Tiles] = None) -> Operands:
+    """Copy NumPy operands to the kernel's device in the layout :func:`launch` expects, for a
+    launch with ``tiles`` (default: this mode's, :func:`targets.quant.tiles.current`)."""
+    tiles = tiles or tile_configs.current()
     device = triton_support.device()
+    guard = tiles.block_d
     if codes.dtype == np.uint8:
-        code_tensor, code_mask = _guarded(codes, torch.uint8, device), 0xFF
+        code_tensor, code_mask = _guarded(codes, torch.uint8, device, guard), 0xFF
     elif codes.dtype == np.uint16:
-        code_tensor, code_mask = _guarded(codes.view(np.int16), torch.int16, device), 0xFFFF
-    else:
+        code_tensor = _guarded(codes.view(np.int16), torch.int16, device, guard)
+        code_mask = 0xFFFF
+    else:  # pragma: no cover - defensive: unpack() only ever yields uint8 / uint16 codes
         raise TypeError(f"codes must be uint8 or uint16, got {codes.dtype}")
     return Operands(
-        queries=_guarded(queries.astype(np.float32), torch.float32, device),
+        queries=_guarded(queries.astype(np.float32), torch.float32, device, guard),
         codes=code_tensor,
         codebook=torch.from_numpy(np.ascontiguousarray(centroids, dtype=np.float32)).to(device),
         scales=torch.from_numpy(np.ascontiguousarray(scales, dtype=np.float32)).to(device),
         m=queries.shape[0], n=codes.shape[0], dim=queries.shape[1], code_mask=code_mask,
+        tiles=tiles,
     )
 
 
-def launch(ops: Operands, out: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """Run the kernel (the module-level :data:`kernel`, looked up now) into ``out``."""
-    if out is None:
-        out = torch.empty((ops.m, ops.n), dtype=torch.float32, device=ops.scales.device)
+def empty_scores(ops: Operands) -> torch.Tensor:
+    """An uninitialised ``(m, n)`` float32 output on the operands' device."""
+    return torch.empty((ops.m, ops.n), dtype=torch.float32, device=ops.scales.device)
+
+
+def launch(ops: Operands, out: torch.Tensor) -> torch.Tensor:
+    """Run the kernel (the module-level :data:`kernel`, looked up now) into ``out`` with the
+    operands' tiles; no launch at all when there is nothing to score (an empty grid)."""
     if ops.m == 0 or ops.n == 0:
         return out
-    grid = (triton.cdiv(ops.m, BLOCK_M), triton.cdiv(ops.n, BLOCK_N))
+    t = ops.tiles
+    grid = (triton.cdiv(ops.m, t.block_m), triton.cdiv(ops.n, t.block_n))
     kernel[grid](
         ops.queries, ops.codes, ops.codebook, ops.scales, out,
         ops.m, ops.n, ops.dim,
         ops.dim, ops.dim, out.stride(0),
         CODE_MASK=ops.code_mask,
-        BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_D=BLOCK_D,
-        num_warps=NUM_WARPS,
+        BLOCK_M=t.block_m, BLOCK_N=t.block_n, BLOCK_D=t.block_d,
+        num_warps=t.num_warps,
     )
     return out
 
@@ -154,7 +165,6 @@ def score(
     queries: np.ndarray, codes: np.ndarray, scales: np.ndarray, centroids: np.ndarray
 ) -> np.ndarray:
     """Float32 ``(M, N)`` scores of ``queries`` (M x D, already rotated) against ``codes``
-    (N x D, ``uint8`` or ``uint16``) with per-vector ``scales``."""
-    if queries.shape[0] == 0 or codes.shape[0] == 0:
-        return np.zeros((queries.shape[0], codes.shape[0]), dtype=np.float32)
-    return launch(to_device(queries, codes, scales, centroids)).cpu().numpy()
+    (N x D, ``uint8`` or ``uint16``) with per-vector ``scales``; ``M`` or ``N`` may be 0."""
+    ops = to_device(queries, codes, scales, centroids)
+    return launch(ops, empty_scores(ops)).cpu().numpy()
