@@ -42,6 +42,13 @@ class lazy:  # noqa: N801 - used like a function: lazy("pkg.mod:attr")
         return getattr(importlib.import_module(module), attr)(*args, **kwargs)
 
 
+def _described_thresholds(declared: Any) -> list[dict[str, Any]]:
+    from fuzzkit import reach
+
+    return [{"size": t.size, "value": t.value, "what": t.what, "cap": t.cap}
+            for t in reach.resolve(declared)]
+
+
 def _accepts_keyword(fn: Any, name: str) -> bool:
     """Whether ``fn`` (or the function a :class:`lazy` names) takes a keyword ``name``."""
     import importlib
@@ -231,9 +238,11 @@ class Target:
                     "backend": impl.backend,
                     "description": impl.description,
                     "available": impl.unavailable() is None,
+                    "thresholds": _described_thresholds(impl.thresholds),
                 }
                 for impl in self.implementations.values()
             ],
+            "thresholds": _described_thresholds(self.thresholds),
             "properties": [p.name for p in self.properties],
             "mutants": [
                 {

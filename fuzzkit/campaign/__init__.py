@@ -10,6 +10,7 @@ current so that a killed campaign can be resumed.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import signal
 import sys
@@ -293,7 +294,17 @@ def _write_summary(run_dir: Path, state: dict[str, Any], stats: Stats,
             "findings": [{"signature": e["signature"], "kind": e["kind"], "case": e["case"]}
                          for e in found],
             "other_signatures": stats.other.get((t, spec), {}),
+            "operations": stats.reach_of(t, spec).get("operations", {}),
+            "reach": stats.reach_of(t, spec).get("thresholds", []),
         })
+    reach = {f"{r['target']}/{r['implementation']}": {"operations": r["operations"],
+                                                      "thresholds": r["reach"]}
+             for r in rows if r["operations"] or r["reach"]}
+    if reach:
+        from fuzzkit.case import atomic_write_text
+
+        atomic_write_text(run_dir / "reach.json", json.dumps(reach, indent=1, sort_keys=True)
+                          + "\n")
     return write_report(run_dir.parent, run_dir.name, int(state["seed"]), float(state["budget"]),
                         rows, skipped, findings)
 

@@ -18,6 +18,8 @@ class Stats:
         self.other: dict[tuple[str, str], dict[str, int]] = {}
         self.exited: set[int] = set()
         self.workers: set[int] = set()
+        #: (target, impl) -> summed operation / pair counts and threshold boundary counts
+        self.reach: dict[tuple[str, str], dict[str, Any]] = {}
 
     def add(self, event: dict[str, Any]) -> Optional[dict[str, Any]]:
         """Fold one event in; returns it when it is a new (deduplicated) finding."""
@@ -33,11 +35,40 @@ class Stats:
         elif kind == "other_signature":
             slot = self.other.setdefault((event["target"], event["impl"]), {})
             slot[event["signature"]] = slot.get(event["signature"], 0) + int(event["count"])
+        elif kind == "reach":
+            self._add_reach((event["target"], event["impl"]), event)
         elif kind == "worker_start":
             self.workers.add(wid)
         elif kind in ("worker_exit", "worker_hung"):
             self.exited.add(wid)
         return None
+
+    def _add_reach(self, key: tuple[str, str], event: dict[str, Any]) -> None:
+        """Sum one worker's operation and threshold counts into the pair's."""
+        slot = self.reach.setdefault(key, {"operations": {"cases": 0, "operations": {},
+                                                          "pairs": {}}, "thresholds": {}})
+        ops = event.get("operations") or {}
+        total = slot["operations"]
+        total["cases"] += int(ops.get("cases", 0))
+        for group in ("operations", "pairs"):
+            for name, n in (ops.get(group) or {}).items():
+                total[group][name] = total[group].get(name, 0) + int(n)
+        for t in event.get("reach") or []:
+            name = f"{t.get('size')}={t.get('value')}"
+            row = slot["thresholds"].setdefault(name, {**t, "seen": {}, "above": 0,
+                                                       "at_double": 0, "cases": 0})
+            for value, n in (t.get("seen") or {}).items():
+                row["seen"][value] = row["seen"].get(value, 0) + int(n)
+            for field in ("above", "at_double", "cases"):
+                row[field] += int(t.get(field, 0))
+            row["crossed"] = bool(row.get("crossed")) or bool(t.get("crossed"))
+
+    def reach_of(self, target: str, impl: str) -> dict[str, Any]:
+        slot = self.reach.get((target, impl))
+        if not slot:
+            return {}
+        return {"operations": slot["operations"] if slot["operations"]["cases"] else {},
+                "thresholds": list(slot["thresholds"].values())}
 
     def items(self) -> list[tuple[str, str]]:
         seen = {(t, i) for _, t, i in self.progress} | {(t, i) for t, i, _ in self.findings}

@@ -126,6 +126,10 @@ def worker_main(spec: dict[str, Any]) -> dict[str, Any]:
                 found = [result.finding]
             for finding in found:  # the ones not reported as they were found (atheris)
                 report(finding, (getattr(result, "sequences", None) or {}).get(finding.case_id))
+            if getattr(result, "operations", None) or getattr(result, "reach", None):
+                log.emit("reach", target=tname, impl=impl.name,
+                         operations=getattr(result, "operations", {}),
+                         reach=getattr(result, "reach", []))
             for sig, count in (getattr(result, "other_signatures", None) or {}).items():
                 log.emit("other_signature", target=tname, impl=impl.name, signature=sig,
                          count=count)
