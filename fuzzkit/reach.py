@@ -128,14 +128,13 @@ def size(draw: Callable[[Any], Any], name: str, thresholds: Sequence[Threshold],
     mode = draw(st.integers(0, 99))
     if mode < BASE_CUT:
         return int(draw(base))
-    threshold = mine[draw(st.integers(0, len(mine) - 1))]
+    threshold = draw(st.sampled_from(mine))
     if mode >= ABOVE_CUT:
         top = _top(threshold, hi)
         start = max(lo, 2 * threshold.value + 2)
         if top is not None and top > start:
             return int(draw(st.integers(start, top)))
-    values = threshold.boundaries(lo, hi)
-    return int(values[draw(st.integers(0, len(values) - 1))])
+    return int(draw(st.sampled_from(threshold.boundaries(lo, hi))))
 
 
 def sizes(name: str, thresholds: Sequence[Threshold], *, lo: int, hi: int,

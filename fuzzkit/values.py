@@ -124,6 +124,21 @@ def round_to(x: Any, dtype: str) -> np.ndarray:
     raise ValueError(f"unknown dtype {dtype!r}")
 
 
+def largest_at_most(top: float, dtype: str) -> float:
+    """The largest value of ``dtype`` not above ``top`` (rounding ``top`` may round it up)."""
+    value = float(round_to(np.array([top]), dtype)[0])
+    if value <= top:
+        return value
+    if dtype == "float64":
+        return float(np.nextafter(value, 0.0))
+    if dtype == "float32":
+        return float(np.nextafter(np.float32(value), np.float32(0)))
+    if dtype == "float16":
+        return float(np.nextafter(np.float16(value), np.float16(0)))
+    bits = np.array([value], dtype=np.float32).view(np.uint32) - np.uint32(0x10000)
+    return float(bits.view(np.float32)[0])  # bfloat16: one unit down in the upper 16 bits
+
+
 def choose(draw: Callable[[Any], Any], table: Sequence[tuple[Any, int]]) -> Any:
     """A weighted choice by one integer draw (``one_of`` does not weight); shrinks to the first."""
     total = sum(w for _, w in table)
@@ -152,11 +167,11 @@ def fill(kind_name: str, shape: Sequence[int], domain: Domain, seed: int) -> np.
     if kind_name == "normal":
         return _normal(rng, shape, domain)
     if kind_name == "ints":
-        return rng.integers(-3, 4, shape).astype(np.float64)
+        return np.clip(rng.integers(-3, 4, shape).astype(np.float64), -top, top)
     if kind_name == "repeated":
         choices = rng.choice(np.array([0.0, 1.0, -1.0, 0.5, 2.0, -3.0, 0.1, 7.25]),
                              size=int(rng.integers(1, 4)), replace=False)
-        return choices[rng.integers(0, len(choices), shape)]
+        return np.clip(choices[rng.integers(0, len(choices), shape)], -top, top)
     if kind_name == "zero":
         return np.where(rng.random(shape) < 0.5, 0.0, -0.0)
     if kind_name == "sparse":
@@ -200,10 +215,12 @@ def element(domain: Domain) -> st.SearchStrategy[float]:
     """Hypothesis floats of the domain, with its edges (ties come from small integers)."""
     top = domain.largest
     width = 64 if domain.dtype == "float64" else 32
-    finite = st.floats(-top, top, allow_nan=False, allow_infinity=False,
+    bound = largest_at_most(top, "float64" if width == 64 else "float32")
+    edge = largest_at_most(top, domain.dtype)
+    finite = st.floats(-bound, bound, allow_nan=False, allow_infinity=False,
                        allow_subnormal=domain.subnormal, width=width)
-    options = [st.integers(-3, 3).map(float), finite,
-               st.sampled_from([0.0, -0.0, top, -top, SMALLEST_NORMAL[domain.dtype]])]
+    options = [st.integers(-3, 3).map(lambda v: float(min(max(v, -top), top))), finite,
+               st.sampled_from([0.0, -0.0, edge, -edge, SMALLEST_NORMAL[domain.dtype]])]
     if domain.nan:
         options.append(st.just(math.nan))
     if domain.inf:
@@ -224,7 +241,14 @@ def array(draw: Callable[[Any], Any], shape: Sequence[int], domain: Domain,
         if kind_name == "drawn":
             kind_name = "mixed"
         values = fill(kind_name, shape, domain, draw(st.integers(0, 2**32 - 1)))
+    top = domain.largest
+    with np.errstate(invalid="ignore"):
+        values = np.where(np.isfinite(values), np.clip(values, -top, top), values)
     out = round_to(values, domain.dtype)
+    edge = largest_at_most(top, domain.dtype)
+    with np.errstate(invalid="ignore"):
+        out = np.where(np.isfinite(out) & (np.abs(out) > top), np.copysign(edge, out),
+                       out).astype(domain.storage)
     if not domain.subnormal:
         tiny = SMALLEST_NORMAL[domain.dtype]
         out = np.where(np.abs(out) < tiny, np.copysign(0.0, out), out).astype(domain.storage)

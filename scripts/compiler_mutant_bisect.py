@@ -45,6 +45,14 @@ EXPECTED: dict[str, tuple[set[str], int]] = {
     "div-operands-swapped": ({"div"}, 1),
     "fused-sub-mul-stale-temp": ({"sub", "mul"}, 2),
     "fused-reduction-reads-input": (ELEMENTWISE | REDUCTIONS, 2),
+    # reach mutants: a tie, a NaN, or a size past a tile; the window keeps the shape and the
+    # values (reference values rounded to the dtype: ties and NaN survive)
+    "where-gt-as-ge": ({"where_gt"}, 1),
+    "maximum-drops-nan": ({"maximum"}, 1),
+    "clamp-min-drops-nan": ({"clamp"}, 1),
+    "elementwise-grid-floor": (ELEMENTWISE, 1),
+    "long-row-truncated": (REDUCTIONS, 1),
+    "reduction-store-drops-program-offset": (REDUCTIONS, 1),
 }
 
 

@@ -155,3 +155,146 @@ def test_inductor_smoke() -> None:
 
     assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == inductor.cache_dir()
     assert str(os.getpid()) in inductor.cache_dir()
+
+
+# ---------------------------------------------------------------------------------------------
+# reach: thresholds, sizes, value shares
+
+
+@pytest.mark.parametrize("impl", ["fusing", "inductor"])
+def test_every_threshold_is_crossed(impl: str) -> None:
+    """The first 300 generated cases reach t-1, t, t+1 and 2t+-1 (or beyond) of every threshold
+    the implementation declares (generation only: nothing is compiled)."""
+    from fuzzkit import reach
+
+    target = get_target("compiler")
+    reach.assert_crossed(target, target.implementation(impl), cases=300)
+
+
+def test_thresholds_follow_the_launched_tiles_and_sources_are_declared() -> None:
+    from fuzzkit import triton_support
+    from targets.compiler import thresholds as th
+
+    target = get_target("compiler")
+    fusing = target.implementation("fusing")
+    declared = target.thresholds_for(fusing)
+    assert {t.size for t in target.thresholds_for(None)} <= set(target.sizes)
+    triton_support.prepare()
+    from targets.compiler.fusing import codegen
+
+    assert [t.value for t in declared if t.size == "numel"] == [codegen.MAX_BLOCK]
+    assert codegen.MAX_BLOCK == (4096 if triton_support.interpreted() else 1024)
+    assert "targets.compiler.fusing" in target.coverage_sources(fusing)
+    assert "targets.compiler.inductor" in target.coverage_sources(
+        target.implementation("inductor"))
+    graph = {"inputs": [{"name": "x", "shape": [3, 5000]}],
+             "nodes": [node("a", "sum", ["x"], [3], dim=1, keepdim=False),
+                       node("b", "amax", ["x"], [5000], dim=[0], keepdim=False),
+                       node("c", "exp", ["a"], [3])],
+             "outputs": ["b", "c"]}
+    inputs = {"graph": graph}
+    assert list(th.rows(inputs)) == [5000] and list(th.cells(inputs)) == [3 * 8192]
+    assert list(th.reductions(inputs)) == [5000, 3] and list(th.numels(inputs)) == [3]
+    assert sorted(th.fanouts(inputs)) == [1, 1, 1]  # a feeds c; b and c are outputs
+
+
+def _cases(n: int, impl: str = "fusing", seed: int = 0) -> list[dict]:
+    from hypothesis import HealthCheck, Phase, given, settings
+    from hypothesis import seed as hypothesis_seed
+
+    target = get_target("compiler")
+    out: list[dict] = []
+
+    @hypothesis_seed(seed)
+    @settings(max_examples=n, phases=[Phase.generate], deadline=None, database=None,
+              suppress_health_check=list(HealthCheck))
+    @given(target.strategy_for(target.implementation(impl)))
+    def draw(inputs: dict) -> None:
+        out.append(inputs)
+
+    draw()
+    return out
+
+
+def test_long_reductions_are_drawn() -> None:
+    """Some fused rows are tens of thousands of elements long (low-precision accumulation
+    errors outgrow the float32 bound there), and every case stays under the element cap."""
+    from targets.compiler import strategies
+    from targets.compiler import thresholds as th
+
+    rows = [n for case in _cases(200) for n in th.rows(case)]
+    assert max(rows) >= 16384
+    assert sum(n > 4096 for n in rows) >= 5
+    for case in _cases(50):
+        for shape in [i["shape"] for i in case["graph"]["inputs"]]:
+            assert int(np.prod(shape)) <= strategies.MAX_ELEMENTS
+
+
+#: Stated shares (per comparison node over generated cases; see targets.compiler.strategies):
+#: a comparison's operands tie exactly at some element in at least TIE_SHARE of the nodes
+#: (relu: an exact zero; amax/amin: a tied extreme; clamp: an element exactly at a bound, in at
+#: least CLAMP_TIE_SHARE -- the generator's magnitude guards are clamps at +-8, +-2, +-1 that
+#: ordinary values rarely hit), and NaN reaches them in at least NAN_SHARE.
+TIE_SHARE = 0.15
+CLAMP_TIE_SHARE = 0.05
+NAN_SHARE = 0.08
+
+
+def test_comparisons_see_ties_and_nan_in_the_stated_shares() -> None:
+    from fuzzkit.graphs import build
+    from fuzzkit.graphs.ops import reduced_dims
+
+    seen: dict[str, int] = {}
+    tied: dict[str, int] = {}
+    nans: dict[str, int] = {}
+    for case in _cases(300):
+        graph = case["graph"]
+        ref = build.run_reference(graph, case["values"])
+        for n in graph["nodes"]:
+            op = n["op"]
+            if op not in ("maximum", "minimum", "where_gt", "clamp", "relu", "amax", "amin"):
+                continue
+            xs = [ref[a] for a in n["args"]]
+            if op in ("maximum", "minimum", "where_gt"):
+                a, b = np.broadcast_arrays(xs[0], xs[1])
+                tie = bool(np.any(a == b))
+                nan = bool(np.isnan(a).any() or np.isnan(b).any())
+            else:
+                x = xs[0]
+                nan = bool(np.isnan(x).any())
+                if op == "relu":
+                    tie = bool(np.any(x == 0))
+                elif op == "clamp":
+                    tie = any(bool(np.any(x == n["attrs"][k])) for k in ("min", "max")
+                              if n["attrs"][k] is not None)
+                else:
+                    dims = reduced_dims(n["attrs"]["dim"], x.ndim)
+                    with np.errstate(invalid="ignore"):
+                        top = np.max(x, axis=dims, keepdims=True) if op == "amax" else \
+                            np.min(x, axis=dims, keepdims=True)
+                    tie = bool(x.ndim and np.any(np.sum(x == top, axis=dims) >= 2))
+            seen[op] = seen.get(op, 0) + 1
+            tied[op] = tied.get(op, 0) + tie
+            nans[op] = nans.get(op, 0) + nan
+    for op in ("maximum", "minimum", "where_gt", "clamp", "relu", "amax", "amin"):
+        assert seen.get(op, 0) >= 10, (op, seen)
+        share = CLAMP_TIE_SHARE if op == "clamp" else TIE_SHARE
+        assert tied[op] >= share * seen[op], (op, tied[op], seen[op])
+        assert nans[op] >= NAN_SHARE * seen[op], (op, nans[op], seen[op])
+
+
+def test_a_tie_resolved_the_wrong_way_is_caught() -> None:
+    """``where(a > b, c, d)`` on exact inputs with a == b somewhere: the compiled result taking
+    ``c`` there (``>`` evaluated as ``>=``) is a value mismatch, in every dtype."""
+    graph = {"inputs": [{"name": k, "shape": [6]} for k in "abcd"],
+             "nodes": [node("w", "where_gt", ["a", "b", "c", "d"], [6])], "outputs": ["w"]}
+    a = np.array([1, 2, 3, 0, -1, 2], np.float32)
+    b = np.array([1, 1, 4, -0.0, -1, 3], np.float32)
+    for dtype in ("float32", "float16", "bfloat16"):
+        inputs = {"graph": graph, "dtype": dtype, "dynamic": False,
+                  "values": [a, b, np.full(6, 0.5, np.float32), np.full(6, -0.5, np.float32)]}
+        expected = tc.reference(inputs)
+        assert checks.oracle(inputs, expected, rounded(expected, dtype)) is None
+        ge = np.where(a >= b, 0.5, -0.5)
+        failure = checks.oracle(inputs, expected, {"outputs": [ge]})
+        assert failure is not None and failure.signature == f"mismatch:where_gt:{dtype}:value"

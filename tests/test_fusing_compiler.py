@@ -12,11 +12,12 @@ import pytest
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 pytest.importorskip("torch")
-pytest.importorskip("triton")
 
 from fuzzkit import triton_support  # noqa: E402
 
+# before triton is imported: Triton picks interpreter or native mode when it is imported
 triton_support.prepare()
+pytest.importorskip("triton")
 
 import torch  # noqa: E402
 
@@ -24,7 +25,7 @@ from fuzzkit.graphs import build  # noqa: E402
 import targets.compiler as tc  # noqa: E402
 from targets.compiler import checks  # noqa: E402
 from targets.compiler.fusing import codegen, runtime  # noqa: E402
-from targets.compiler.mutants import FUSION_ONLY, MUTANTS  # noqa: E402
+from targets.compiler.mutants import FUSION_ONLY, MUTANTS, REACH  # noqa: E402
 
 pytestmark = pytest.mark.kernel
 
@@ -161,7 +162,73 @@ def test_fused_handles_non_contiguous_and_broadcast_leaves_directly() -> None:
         assert torch.allclose(g.double(), w, atol=1e-6)
 
 
-@pytest.mark.parametrize("mutant", [m.name for m in MUTANTS])
+def _reach_case(name: str) -> tuple[dict, dict]:
+    """(a case that triggers reach mutant ``name``, the same case just short of its threshold
+    or without its value): the first must fail under the mutant, the second must not."""
+    block = codegen.MAX_BLOCK
+    rng = np.random.default_rng(7)
+    if name == "where-gt-as-ge":  # one value compared with itself: a tie everywhere
+        graph = {"inputs": [{"name": "a", "shape": [4, 8]}, {"name": "b", "shape": [4, 8]}],
+                 "nodes": [node("w", "where_gt", ["a", "a", "b", "a"], [4, 8])],
+                 "outputs": ["w"]}
+        vals = [rng.standard_normal((4, 8)).astype(np.float32) for _ in range(2)]
+        untied = {**graph, "nodes": [node("w", "where_gt", ["a", "b", "b", "a"], [4, 8])]}
+        return _case(graph, vals, "float32"), _case(untied, [vals[0], vals[0] + 1], "float32")
+    if name in ("maximum-drops-nan", "clamp-min-drops-nan"):
+        op, attrs = (("maximum", {}) if name == "maximum-drops-nan"
+                     else ("clamp", {"min": -1.0, "max": 1.0}))
+        args = ["a", "b"] if op == "maximum" else ["a"]
+        graph = {"inputs": [{"name": "a", "shape": [16]}, {"name": "b", "shape": [16]}],
+                 "nodes": [node("m", op, args, [16], **attrs), node("e", "exp", ["b"], [16])],
+                 "outputs": ["m", "e"]}
+        vals = [rng.standard_normal(16).astype(np.float32) for _ in range(2)]
+        nan = vals[0].copy()
+        nan[3] = np.nan
+        return _case(graph, [nan, vals[1]], "float32"), _case(graph, vals, "float32")
+    if name == "elementwise-grid-floor":  # one element past the block
+        def neg(n: int) -> tuple[dict, list[np.ndarray]]:
+            graph = {"inputs": [{"name": "a", "shape": [n]}],
+                     "nodes": [node("m", "neg", ["a"], [n])], "outputs": ["m"]}
+            return graph, [(1 + rng.random(n)).astype(np.float32)]
+        return _case(*neg(block + 1), "float32"), _case(*neg(block), "float32")
+    if name == "long-row-truncated":  # one column past the block
+        def row(n: int) -> tuple[dict, list[np.ndarray]]:
+            graph = {"inputs": [{"name": "a", "shape": [2, n]}],
+                     "nodes": [node("s", "sum", ["a"], [2], dim=1, keepdim=False)],
+                     "outputs": ["s"]}
+            return graph, [(1 + rng.random((2, n))).astype(np.float32)]
+        return _case(*row(block + 1), "float32"), _case(*row(block), "float32")
+    if name == "reduction-store-drops-program-offset":  # one row past a program's ROWS
+        def rows(r: int) -> tuple[dict, list[np.ndarray]]:
+            graph = {"inputs": [{"name": "a", "shape": [r, 16]}],
+                     "nodes": [node("s", "amax", ["a"], [r], dim=1, keepdim=False)],
+                     "outputs": ["s"]}
+            return graph, [rng.standard_normal((r, 16)).astype(np.float32)]
+        return _case(*rows(block // 16 + 1), "float32"), _case(*rows(block // 16), "float32")
+    raise KeyError(name)
+
+
+REACH_MUTANTS = REACH
+
+
+@pytest.mark.parametrize("mutant", REACH_MUTANTS)
+def test_reach_mutant_needs_its_threshold_or_value(mutant: str) -> None:
+    """Each reach mutant fails its triggering case (a tie, a NaN, one element / column / row
+    past a tile) and passes the same case just short of it -- and the fixed MAIN graph, where
+    every classic mutant shows, does not reveal it."""
+    hit, miss = _reach_case(mutant)
+    m = next(m for m in MUTANTS if m.name == mutant)
+    for inputs in (hit, miss):
+        assert checks.oracle(inputs, tc.reference(inputs), tc._fusing_run(inputs)) is None
+    main = _case(MAIN, main_values(), "float32")
+    with m.applied():
+        failure = checks.oracle(hit, tc.reference(hit), tc._fusing_run(hit))
+        assert failure is not None, f"{mutant} not caught past its threshold"
+        assert checks.oracle(miss, tc.reference(miss), tc._fusing_run(miss)) is None
+        assert checks.oracle(main, tc.reference(main), tc._fusing_run(main)) is None
+
+
+@pytest.mark.parametrize("mutant", [m.name for m in MUTANTS if m.name not in REACH_MUTANTS])
 def test_mutant_caught_on_fixed_graph(mutant: str) -> None:
     inputs = _case(MAIN, main_values(), "float32")
     expected = tc.reference(inputs)
@@ -188,3 +255,16 @@ def test_compile_counter_counts_fusing_compiles() -> None:
     before = tc.compile_calls()
     tc._fusing_run(_case(MAIN, main_values(), "float32"))
     assert tc.compile_calls() == before + 1
+
+
+def test_pow_zero_is_one_for_nan_and_inf() -> None:
+    """x**0 is 1 for every x (torch, IEEE pow): the template once computed x*0 + 1, NaN for NaN
+    and Inf inputs -- found once the generator drew exponent 0 and special values together."""
+    graph = {"inputs": [{"name": "x", "shape": [5]}],
+             "nodes": [node("p", "pow", ["x"], [5], exponent=0.0),
+                       node("q", "neg", ["p"], [5])],
+             "outputs": ["q"]}
+    values = [np.array([np.nan, np.inf, -np.inf, 0.0, -2.0], np.float32)]
+    for dtype in ("float32", "float16", "bfloat16"):
+        inputs = _case(graph, values, dtype)
+        assert checks.oracle(inputs, tc.reference(inputs), tc._fusing_run(inputs)) is None

@@ -266,6 +266,9 @@ def test_prefix_and_subgraph_reproduce_reference_values():
 
 
 def test_bfloat16_rounding_matches_torch():
+    from fuzzkit import values as shared
+
+    assert values.round_to_dtype is shared.round_to  # one rounding routine, not two copies
     x = np.random.default_rng(0).normal(size=1000).astype(np.float32) * 10.0
     x[:4] = [np.nan, np.inf, -np.inf, -0.0]
     ours = values.round_to_dtype(x, "bfloat16")
@@ -276,8 +279,45 @@ def test_bfloat16_rounding_matches_torch():
 
 
 def test_special_values():
-    vals = values.make_array(("special", 1.0), [64], 0, "float16")
-    assert (~np.isfinite(vals)).any() or (np.abs(vals) == 65504).any()
+    vals = values.make_array("special", [64], 0, "float16", special=True)
+    assert (~np.isfinite(vals)).any()
+    huge = values.make_array("huge", [64], 0, "float16", special=True)
+    assert np.abs(huge).max() > 1e4  # near the dtype's largest, not the input bound
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_ordinary_kinds_stay_in_the_input_bound(dtype):
+    """Every finite kind (ties, zeros, tiny, subnormal, 'huge' near the bound) stays within the
+    range the generator's guards assume, exact in the dtype."""
+    from fuzzkit import values as shared
+
+    for k, (kind, _) in enumerate(values.ORDINARY_KINDS):
+        a = values.make_array(kind, [257], k, dtype)
+        assert np.isfinite(a).all() and np.abs(a).max() <= generate.INPUT_BOUND, kind
+        assert np.array_equal(shared.round_to(a, dtype), a), kind
+    sub = values.make_array("subnormal", [257], 0, dtype)
+    assert ((sub != 0) & (np.abs(sub) < shared.SMALLEST_NORMAL[dtype])).any()
+
+
+def test_value_plan_shares():
+    """A quarter of ordinary cases (nominally) tie all inputs to one small-value kind; a special
+    case always has one input of kind ``special`` (NaN / +-Inf)."""
+    from hypothesis import seed
+
+    plans: list[tuple[bool, list]] = []
+
+    @seed(0)
+    @settings(max_examples=400, deadline=None, database=None,
+              suppress_health_check=list(HealthCheck))
+    @given(st.data(), st.booleans())
+    def draw(data, special):
+        plans.append((special, values.value_plan(data.draw, 3, special)))
+
+    draw()
+    ordinary = [p for s, p in plans if not s]
+    tied = sum(len(set(p)) == 1 and p[0] in ("ints", "repeated") for p in ordinary)
+    assert tied >= 0.1 * len(ordinary)  # nominally a quarter; Hypothesis skews the draw
+    assert all("special" in p for s, p in plans if s)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -362,9 +402,10 @@ def test_bound_where_uncertain_branch():
 
 
 def test_overflow_upstream_leaves_nothing_to_judge_downstream() -> None:
-    """x*x overflows float32 for x = 2e19 although float64 does not: that node and everything
-    after it get NaN bounds (no guarantee, not even the NaN/Inf pattern); a NaN or infinite
-    reference elsewhere keeps an infinite bound (its pattern is still judged)."""
+    """x*x overflows float32 for x = 2e19 although float64 does not: that element and every
+    element that reads it get NaN bounds (no guarantee, not even the NaN/Inf pattern), the other
+    elements keep theirs; a NaN or infinite reference elsewhere keeps an infinite bound (its
+    pattern is still judged)."""
     graph = {"inputs": [{"name": "x", "shape": [3]}],
              "nodes": [{"name": "sq", "op": "mul", "args": ["x", "x"], "attrs": {}, "shape": [3]},
                        {"name": "d", "op": "sub", "args": ["sq", "sq"], "attrs": {}, "shape": [3]},
@@ -372,7 +413,8 @@ def test_overflow_upstream_leaves_nothing_to_judge_downstream() -> None:
              "outputs": ["d", "a"]}
     huge = [np.array([2e19, 1.0, 2.0], np.float32)]
     b = bound.error_bounds(graph, build.run_reference(graph, huge), "float32")
-    assert np.isnan(b["sq"]).all() and np.isnan(b["d"]).all()
+    assert np.isnan(b["sq"][0]) and np.isnan(b["d"][0])
+    assert np.isfinite(b["sq"][1:]).all() and np.isfinite(b["d"][1:]).all()
     assert np.isfinite(b["a"]).all()
     calm = [np.array([np.nan, 1.0, 2.0], np.float32)]
     b = bound.error_bounds(graph, build.run_reference(graph, calm), "float32")
@@ -383,3 +425,154 @@ def test_overflow_upstream_leaves_nothing_to_judge_downstream() -> None:
             "outputs": ["m"]}
     values = [np.full(4, 3e38, np.float32)]  # the mean is in range, its running sum is not
     assert np.isnan(bound.error_bounds(mean, build.run_reference(mean, values), "float32")["m"]).all()
+
+
+def _node_graph(inputs, nodes, outputs):
+    return {"inputs": [{"name": k, "shape": list(v)} for k, v in inputs],
+            "nodes": [{"name": n, "op": op, "args": list(args), "attrs": attrs,
+                       "shape": list(shape)} for n, op, args, attrs, shape in nodes],
+            "outputs": list(outputs)}
+
+
+def test_overflow_stays_in_its_row_column_and_element() -> None:
+    """One huge element: its row of a sum, its rows/columns of a matmul, its element of an
+    elementwise op and the same element moved by a transpose are unjudged; nothing else."""
+    g = _node_graph([("x", (3, 4))], [
+        ("sq", "mul", ["x", "x"], {}, (3, 4)),
+        ("t", "transpose", ["sq"], {"dim0": 0, "dim1": 1}, (4, 3)),
+        ("s", "sum", ["sq"], {"dim": 1, "keepdim": False}, (3,)),
+        ("m", "matmul", ["sq", "t"], {}, (3, 3)),
+        ("e", "exp", ["x"], {}, (3, 4)),
+    ], ["t", "s", "m", "e"])
+    x = np.full((3, 4), 0.5, np.float32)
+    x[1, 2] = 2e19
+    b = bound.error_bounds(g, build.run_reference(g, [x]), "float32")
+    assert np.argwhere(np.isnan(b["sq"])).tolist() == [[1, 2]]
+    assert np.argwhere(np.isnan(b["t"])).tolist() == [[2, 1]]
+    assert np.isnan(b["s"]).tolist() == [False, True, False]
+    assert np.isnan(b["m"]).tolist() == [[False, True, False], [True, True, True],
+                                         [False, True, False]]
+    assert not np.isnan(b["e"][0]).any()
+
+
+def test_exact_comparisons_are_judged_exactly() -> None:
+    """Graph inputs are exact: a tie between them is a tie (bound 0, so ``>`` evaluated as
+    ``>=`` is flagged); so is a computed value compared with itself.  Where a compared value
+    carries an error, a near-tie stays uncertain."""
+    g = _node_graph([("a", (4,)), ("b", (4,)), ("c", (4,)), ("d", (4,))], [
+        ("w", "where_gt", ["a", "b", "c", "d"], {}, (4,)),
+        ("e", "exp", ["a"], {}, (4,)),
+        ("self", "where_gt", ["e", "e", "c", "d"], {}, (4,)),
+        ("near", "where_gt", ["e", "b", "c", "d"], {}, (4,)),
+    ], ["w", "self", "near"])
+    a = np.array([1.0, 2.0, 0.0, -1.0], np.float32)
+    vals = [a, np.array([1.0, 3.0, -0.0, 5.0], np.float32),
+            np.full(4, 7.0, np.float32), np.full(4, -7.0, np.float32)]
+    vals[1][3] = np.float32(np.exp(np.float32(-1.0)))  # e[3] ~= b[3]: uncertain
+    for dt in DTYPES:
+        vs = [values.round_to_dtype(v, dt) for v in vals]
+        ref = build.run_reference(g, vs)
+        bd = bound.error_bounds(g, ref, dt)
+        assert bd["w"].tolist() == [0.0, 0.0, 0.0, 0.0], dt  # ties 1 == 1, 0 == -0 decided
+        assert (bd["self"] == 0).all(), dt
+        assert bd["near"][3] >= 14.0, dt  # |c - d|: the branch is open
+        # the tie resolved the wrong way is caught
+        wrong = ref["w"].copy()
+        wrong[0] = 7.0
+        assert np.abs(wrong - ref["w"])[0] > bd["w"][0] + 4 * 2.0**-126
+
+
+def test_selection_ops_keep_exact_values_exact() -> None:
+    g = _node_graph([("a", (2, 3)), ("b", (2, 3))], [
+        ("r", "relu", ["a"], {}, (2, 3)),
+        ("c", "clamp", ["r"], {"min": None, "max": 1.0}, (2, 3)),
+        ("m", "maximum", ["c", "b"], {}, (2, 3)),
+        ("x", "amax", ["m"], {"dim": [0, 1], "keepdim": False}, ()),
+        ("n", "neg", ["m"], {}, (2, 3)),
+        ("s", "add", ["n", "b"], {}, (2, 3)),
+    ], ["x", "s"])
+    rng = np.random.default_rng(0)
+    vals = [rng.integers(-3, 4, (2, 3)).astype(np.float32) for _ in range(2)]
+    ref = build.run_reference(g, vals)
+    bd = bound.error_bounds(g, ref, "bfloat16")
+    for k in ("r", "c", "m", "x", "n"):
+        assert (bd[k] == 0).all(), k
+    assert (bd["s"] > 0).all()  # an add rounds
+
+
+@pytest.mark.parametrize("dim", [None, [0, 2], [1], 2])
+@pytest.mark.parametrize("keepdim", [True, False])
+def test_reductions_over_dim_lists_match_torch_and_bound_eager(dim, keepdim):
+    ok, out = _check("sum", [[3, 4, 5]], {"dim": dim, "keepdim": keepdim})
+    assert ok and out == ops.eval_shape("sum", {"dim": dim, "keepdim": keepdim}, [[3, 4, 5]])
+    rng = np.random.default_rng(1)
+    for op in ("sum", "mean", "amax", "amin"):
+        g = _node_graph([("x", (3, 4, 5))], [("r", op, ["x"], {"dim": dim, "keepdim": keepdim},
+                                               out)], ["r"])
+        for dt in DTYPES:
+            vals = [values.round_to_dtype(rng.uniform(-4, 4, (3, 4, 5)), dt)]
+            ref = build.run_reference(g, vals)
+            err = np.abs(build.run_eager(g, vals, dt)["r"] - ref["r"])
+            assert (err <= bound.error_bounds(g, ref, dt)["r"]).all(), (op, dt)
+
+
+def test_sizing_wishes_shape_the_graph():
+    """A numel wish gives x0 (and the first elementwise op) that many elements; a row wish gives
+    the first reduction that row length and row count; a fan-out wish gives the first node that
+    many consumers."""
+    from fuzzkit.graphs.ops import RngChooser
+
+    rng = np.random.default_rng(3)
+    g = generate.generate(RngChooser(rng), 6, sizing=generate.Sizing(cap=4 * 8193, numel=8193))
+    assert int(np.prod(g["inputs"][0]["shape"])) == 8193
+    assert OPS[g["nodes"][0]["op"]].kind == "elementwise" and g["nodes"][0]["args"][0] == "x0"
+    red = ["sum", "mean", "amax", "amin"]
+    for seed in range(4):
+        g = generate.generate(RngChooser(np.random.default_rng(seed)), 5, ops=["exp", "sub"] + red,
+                              sizing=generate.Sizing(cap=8 * 4097, row=4097, rows=3,
+                                                     last_dim=True))
+        shapes = build.shapes_of(g)
+        last = g["inputs"][-1]["name"]  # row wishes shape the inputs from the last one back
+        assert shapes[last][-1] == 4097 and int(np.prod(shapes[last][:-1])) == 3, g
+        fused = [shapes[n["args"][0]] for n in g["nodes"]
+                 if n["op"] in red and n["attrs"]["dim"] == len(shapes[n["args"][0]]) - 1]
+        assert any(s[-1] == 4097 and int(np.prod(s[:-1])) == 3 for s in fused), g
+    g = generate.generate(RngChooser(np.random.default_rng(5)), 8, ops=["exp", "neg", "add"],
+                          sizing=generate.Sizing(fanout=5), keep=14)
+    first = g["nodes"][0]["name"]
+    assert sum(first in n["args"] for n in g["nodes"]) == 5
+    assert generate.factorize(4096, 3, RngChooser(rng)) and \
+        int(np.prod(generate.factorize(4097, 2, RngChooser(rng)))) == 4097
+
+
+def test_comparisons_get_equal_and_exact_operands():
+    """Some comparisons see one value on both sides, some compare graph inputs directly."""
+    same = inputs = total = 0
+    rng = np.random.default_rng(9)
+    for _ in range(40):
+        g = generate.random_graph(rng, 8, ops=["maximum", "minimum", "where_gt", "exp"])
+        names = {i["name"] for i in g["inputs"]}
+        for n in g["nodes"]:
+            if n["op"] in generate.COMPARE_OPS:
+                total += 1
+                same += n["args"][0] == n["args"][1]
+                inputs += n["args"][0] in names and n["args"][1] in names
+    assert same >= 0.15 * total and inputs >= 0.2 * total, (same, inputs, total)
+
+
+def test_rank_zero_values_and_one_sided_clamps_build_and_bound():
+    g = _node_graph([("x", (5,))], [
+        ("s", "sum", ["x"], {"dim": None, "keepdim": False}, ()),
+        ("c", "clamp", ["s"], {"min": None, "max": 2.0}, ()),
+        ("k", "clamp", ["x"], {"min": -math.inf, "max": 0.5}, (5,)),
+        ("a", "add", ["c", "k"], {}, (5,)),
+        ("e", "expand", ["c"], {"shape": [3]}, (3,)),
+    ], ["a", "e"])
+    vals = [np.array([1.0, -2.0, 0.5, 3.0, 0.0], np.float32)]
+    ref = build.run_reference(g, vals)
+    assert ref["s"].shape == () and ref["e"].shape == (3,)
+    for dt in DTYPES:
+        eag = build.run_eager(g, vals, dt)
+        bd = bound.error_bounds(g, ref, dt)
+        for k in ("s", "c", "k", "a", "e"):
+            assert (np.abs(eag[k] - ref[k]) <= bd[k]).all(), (k, dt)

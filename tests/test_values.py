@@ -59,6 +59,15 @@ def test_specials_only_where_the_contract_has_them() -> None:
     assert not np.isnan(only_inf).any() and np.isinf(only_inf).any()
 
 
+@pytest.mark.parametrize("dtype, top", [("float32", 0.5), ("float32", 1e12 + 1),
+                                         ("bfloat16", 1.01), ("float16", 1000.3)])
+def test_max_abs_bounds_every_kind_after_rounding(dtype: str, top: float) -> None:
+    flat = np.concatenate([a.ravel() for a in _arrays(values.Domain(dtype, max_abs=top),
+                                                      cases=300)])
+    assert np.abs(flat.astype(np.float64)).max() <= top
+    assert np.abs(flat.astype(np.float64)).max() >= top * 0.99  # and reaches it
+
+
 def test_max_abs_and_no_subnormals_are_respected() -> None:
     domain = values.Domain("float32", max_abs=1e3, subnormal=False)
     flat = np.concatenate([a.ravel() for a in _arrays(domain, cases=400)])

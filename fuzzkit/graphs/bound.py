@@ -16,7 +16,11 @@ unit roundoff of the graph dtype (float32 ``2^-24``, float16 ``2^-11``, bfloat16
   tanh/sigmoid/gelu/sin/cos/relu/abs/clamp/maximum/minimum, ``y (e^{2E}-1)`` for softmax and
   ``e_i + E`` for log_softmax (``E`` = max error along the dim), ``(e_i + E + |y_i| E)/(sigma-E)``
   for layer_norm (``sigma = sqrt(var + eps)``), and for ``where(a > b, c, d)``: the selected branch's
-  error, or ``|c - d| + max(e_c, e_d)`` where the comparison is uncertain (``|a-b| <= e_a+e_b``).
+  error, or ``|c - d| + max(e_c, e_d)`` where the comparison is uncertain (``|a-b| <= e_a+e_b``
+  with ``e_a + e_b > 0``).  A comparison of exactly known operands (``e_a = e_b = 0``: graph
+  inputs, or selections of them) is decided exactly -- a tie is a tie, so ``>`` evaluated as
+  ``>=`` is caught -- and so is a value compared with itself (``where(a > a, ...)``: false in
+  every evaluation, NaN included).
   An infinite bound means "no guarantee" (e.g. a denominator whose range reaches 0).
 * ``comp`` — the op's own computation error (float32, except that softmax / log_softmax /
   layer_norm may round their internal steps — max, exp, lse, mean, rsqrt — to the dtype, as
@@ -26,17 +30,24 @@ unit roundoff of the graph dtype (float32 ``2^-24``, float16 ``2^-11``, bfloat16
   approximations), ``gamma_n (|x| + e)`` summed for reductions, scans and matmul (``n`` = length),
   and formula-based terms for softmax / log_softmax / layer_norm (including the cancellation of a
   one-pass variance).
-* ``round`` — the final rounding to the dtype, ``u (|y| + prop + comp) + eta`` (``eta`` = half the
-  smallest subnormal), for every op except pure layout ops (reshape, permute, transpose, expand,
-  unsqueeze, squeeze, cat, index_select), whose values are bit copies of their inputs.
+* ``round`` — the final rounding to the dtype, ``u (|y| + prop + comp) + eta`` (``eta`` = a few
+  half subnormal spacings plus one flushed float32 subnormal, :data:`FLUSH`; accumulations add
+  one :data:`FLUSH` per term, since flush-to-zero kernels flush every subnormal product or
+  partial sum), for every op except pure layout ops (reshape, permute, transpose, expand,
+  unsqueeze, squeeze, cat, index_select), whose values are bit copies of their inputs, and
+  except *selection* ops (abs, neg, relu, clamp, maximum, minimum, where, amax, amin) at elements
+  whose operands are exact: their result is one of the operands (or a clamp bound) and, where it
+  is a value of the dtype, needs no rounding -- so exact stays exact through them.
 
 Overflow.  Where a finite ``|y| + e_y`` -- or a partial result on the way, such as the running
 sum of a mean -- exceeds half the dtype's largest value, an evaluation may overflow to inf (and
-to NaN after it, e.g. ``inf - inf``, even where the reference is a clean ``-inf``).  Such a node
-and every node downstream of it get a NaN bound: "nothing can be said here", not even the
-NaN/Inf pattern.  (An infinite bound, by contrast, leaves the value free but the reference's
-NaN/Inf pattern still binding.)  Only cases that ask for special values (huge inputs,
-Inf, NaN) reach this.
+to NaN after it, e.g. ``inf - inf``, even where the reference is a clean ``-inf``).  Such an
+element, and every element downstream that reads it (:func:`dependents`: the same element of an
+elementwise op, the row of a reduction or softmax, the rows and columns of a matmul), get a NaN
+bound: "nothing can be said here", not even the NaN/Inf pattern.  Every other element keeps its
+bound, so one huge input element does not switch off the judgement of a whole graph.  (An
+infinite bound, by contrast, leaves the value free but the reference's NaN/Inf pattern still
+binding.)  Only cases with huge inputs, Inf or NaN reach this.
 
 Soundness for both execution models: eager (rounds after every op) and Inductor / fusing compilers
 (fp32 intermediates inside a kernel, rounding only where a buffer is stored): skipping a rounding
@@ -53,14 +64,19 @@ from typing import Any
 import numpy as np
 import torch
 
-from .ops import LAYER_NORM_EPS, OPS
+from .ops import LAYER_NORM_EPS, OPS, reduced_dims
 
-__all__ = ["UNIT_ROUNDOFF", "LARGEST_FINITE", "U32", "error_bounds", "node_bound", "LAYOUT_OPS"]
+__all__ = ["UNIT_ROUNDOFF", "LARGEST_FINITE", "U32", "FLUSH", "error_bounds", "node_bound", "LAYOUT_OPS",
+           "SELECTION_OPS", "dependents", "representable"]
 
 U32 = 2.0**-24
 UNIT_ROUNDOFF = {"float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8}
-# absolute underflow allowance per op: a few half-subnormal spacings of the dtype and of float32
-_ETA = {k: 4 * v + 4 * 2.0**-150 for k, v in
+#: The smallest normal float32: a float32 result below it may be flushed to zero (CPU kernels
+#: run with flush-to-zero / denormals-are-zero, e.g. oneDNN's bfloat16 matmul).
+FLUSH = 2.0**-126
+# absolute underflow allowance per op: a few half-subnormal spacings of the dtype and of float32,
+# and one flushed float32 result
+_ETA = {k: 4 * v + 4 * 2.0**-150 + FLUSH for k, v in
         {"float32": 2.0**-150, "float16": 2.0**-25, "bfloat16": 2.0**-134}.items()}
 #: The largest finite value of each dtype.
 LARGEST_FINITE = {"float32": 3.4028234663852886e38, "float16": 65504.0,
@@ -70,6 +86,11 @@ LARGEST_FINITE = {"float32": 3.4028234663852886e38, "float16": 65504.0,
 _OVERFLOW = {k: 0.5 * v for k, v in LARGEST_FINITE.items()}
 LAYOUT_OPS = frozenset(
     {"reshape", "permute", "transpose", "expand", "unsqueeze", "squeeze", "cat", "index_select"}
+)
+#: Ops whose result is one of their operands' values (or a clamp bound), never a new rounding:
+#: exact where everything they select from is exact.
+SELECTION_OPS = frozenset(
+    {"abs", "neg", "relu", "clamp", "maximum", "minimum", "where_gt", "amax", "amin"}
 )
 _INF = np.inf
 
@@ -89,28 +110,43 @@ def _red(fn, a: np.ndarray, dim: int) -> np.ndarray:
     return fn(a, axis=dim, keepdims=True)
 
 
-def _unkeep(a: np.ndarray, dim: int, keepdim: bool) -> np.ndarray:
+def _unkeep(a: np.ndarray, dim: Any, keepdim: bool) -> np.ndarray:
     return a if keepdim else np.squeeze(a, axis=dim)
 
 
+def representable(y: np.ndarray, dtype: str) -> np.ndarray:
+    """Where ``y`` (float64) is exactly a value of ``dtype`` (NaN: never)."""
+    from fuzzkit.values import round_to
+
+    with np.errstate(all="ignore"):
+        return np.asarray(round_to(y, dtype), dtype=np.float64) == y
+
+
 def node_bound(op: str, attrs: dict, xs: list[np.ndarray], es: list[np.ndarray], y: np.ndarray,
-               dtype: str) -> np.ndarray:
-    """Error bound of one node's output (see the module docstring)."""
+               dtype: str, same_operands: bool = False) -> np.ndarray:
+    """Error bound of one node's output (see the module docstring).  ``same_operands``: the
+    node compares one value with itself (``where_gt(a, a, c, d)``), which every evaluation
+    decides the same way (``a > a`` is false, NaN included)."""
     u = UNIT_ROUNDOFF[dtype]
     eta = _ETA[dtype]
     ay = np.abs(y)
     with np.errstate(all="ignore"):
         if op in LAYOUT_OPS:
-            t = [torch.from_numpy(np.ascontiguousarray(e)) for e in es]
+            t = [torch.from_numpy(np.array(e, dtype=np.float64, order="C")) for e in es]
             return OPS[op].torch_fn(*t, **attrs).contiguous().numpy().copy()
-        prop, comp = _prop_comp(op, attrs, xs, es, y, ay, u)
+        prop, comp = _prop_comp(op, attrs, xs, es, y, ay, u, same_operands)
         prop = np.where(np.isnan(prop), _INF, prop)
         comp = np.where(np.isnan(comp), _INF, comp)
         tot = prop + comp
-        return tot + u * (ay + tot) + eta
+        rounding = u * (ay + tot) + eta
+        if op in SELECTION_OPS:
+            # the result is one of the operands (or a clamp bound): exact operands give an
+            # exact result wherever it is a value of the dtype -- nothing to round
+            rounding = np.where((tot == 0) & representable(y, dtype), 0.0, rounding)
+        return tot + rounding
 
 
-def _prop_comp(op, attrs, xs, es, y, ay, u):
+def _prop_comp(op, attrs, xs, es, y, ay, u, same_operands=False):
     x = xs[0]
     e = es[0]
     ax = np.abs(x)
@@ -147,8 +183,11 @@ def _prop_comp(op, attrs, xs, es, y, ay, u):
         return prop, 2 * U32 * (ay + prop)
     if op == "pow":
         p = float(attrs["exponent"])
-        if p == math.floor(p):
+        if p == math.floor(p) and p >= 0:
             prop = np.abs((ax + e) ** p - ax**p)
+            base = ax
+        elif p == math.floor(p):  # a negative power grows fastest towards 0
+            prop = np.where(ax > e, np.abs(np.maximum(ax - e, 1e-300) ** p - ax**p), _INF)
             base = ax
         else:
             lo = x - e
@@ -177,7 +216,10 @@ def _prop_comp(op, attrs, xs, es, y, ay, u):
     if op == "where_gt":
         a, b, c, d = xs
         ea, eb, ec, ed = es
-        uncertain = np.abs(a - b) <= ea + eb
+        # a comparison is uncertain where the operands' error intervals touch; exactly known
+        # operands (no error, e.g. graph inputs) and a value compared with itself are decided
+        # exactly: a tie there is a tie, and ``a > a`` is false in every evaluation
+        uncertain = (np.abs(a - b) <= ea + eb) & (ea + eb > 0) & (not same_operands)
         prop = np.where(uncertain, np.abs(c - d) + np.maximum(ec, ed), np.where(a > b, ec, ed))
         return np.broadcast_to(prop, y.shape), np.zeros_like(ay)
     if op in ("matmul", "bmm"):
@@ -185,14 +227,14 @@ def _prop_comp(op, attrs, xs, es, y, ay, u):
         ab = np.abs(b)
         prop = ax @ eb + e @ ab + e @ eb
         k = x.shape[-1]
-        return prop, _gamma(k) * ((ax + e) @ (ab + eb))
+        return prop, _gamma(k) * ((ax + e) @ (ab + eb)) + k * FLUSH
     if op in ("sum", "mean", "amax", "amin"):
-        dim, keep = attrs["dim"], attrs["keepdim"]
-        n = x.shape[dim]
+        dim, keep = reduced_dims(attrs["dim"], x.ndim), attrs["keepdim"]
+        n = math.prod(x.shape[d] for d in dim)
         if op in ("amax", "amin"):
             return _unkeep(_red(np.max, e, dim), dim, keep), np.zeros_like(ay)
         prop = _red(np.sum, e, dim)
-        comp = _gamma(n) * _red(np.sum, ax + e, dim)
+        comp = _gamma(n) * _red(np.sum, ax + e, dim) + n * FLUSH
         if op == "mean":
             prop = prop / n
             comp = comp / n
@@ -202,7 +244,7 @@ def _prop_comp(op, attrs, xs, es, y, ay, u):
         dim = attrs["dim"]
         n = x.shape[dim]
         prop = np.cumsum(e, axis=dim)
-        return prop, _gamma(n) * np.cumsum(ax + e, axis=dim)
+        return prop, _gamma(n) * np.cumsum(ax + e, axis=dim) + n * FLUSH
     if op == "softmax":
         dim = attrs["dim"]
         n = x.shape[dim]
@@ -261,26 +303,63 @@ def _partial_magnitude(op: str, attrs: dict, xs: list[np.ndarray], y: np.ndarray
     return np.broadcast_to(total, y.shape)
 
 
+def dependents(op: str, attrs: dict, masks: list[np.ndarray], xs: list[np.ndarray],
+               y: np.ndarray) -> np.ndarray:
+    """Which output elements of a node read at least one masked input element: elementwise ops
+    element by element (broadcasting), layout ops move the mask with the values, reductions
+    and row-wise ops (softmax, log_softmax, layer_norm) along their dim, cumsum from the masked
+    element on, matmul along rows of A and columns of B."""
+    if not any(np.any(m) for m in masks):
+        return np.zeros(y.shape, dtype=bool)
+    spec = OPS[op]
+    if spec.kind == "elementwise":
+        out = np.zeros(y.shape, dtype=bool)
+        for m in masks:
+            out = out | np.broadcast_to(m, y.shape)
+        return out
+    if op in LAYOUT_OPS:
+        t = [torch.from_numpy(np.array(m, dtype=np.float64, order="C")) for m in masks]
+        return OPS[op].torch_fn(*t, **attrs).contiguous().numpy() > 0
+    m = masks[0]
+    if op in ("sum", "mean", "amax", "amin"):
+        dims = reduced_dims(attrs["dim"], m.ndim)
+        return np.broadcast_to(_unkeep(np.any(m, axis=dims, keepdims=True), dims,
+                                       attrs["keepdim"]), y.shape)
+    if op in ("softmax", "log_softmax", "layer_norm"):
+        return np.broadcast_to(np.any(m, axis=attrs["dim"], keepdims=True), y.shape)
+    if op == "cumsum":
+        return np.logical_or.accumulate(m, axis=attrs["dim"])
+    if op in ("matmul", "bmm"):
+        a = masks[0].astype(np.float64)
+        b = masks[1].astype(np.float64)
+        return (a @ np.ones(xs[1].shape) + np.ones(xs[0].shape) @ b) > 0
+    raise KeyError(f"no dependency rule for op {op!r}")
+
+
 def error_bounds(graph: dict, intermediates: dict[str, np.ndarray], dtype: Any) -> dict[str, np.ndarray]:
     """Absolute error bound of every input (0: inputs are exact in the dtype) and node, elementwise,
     for a run of ``graph`` in ``dtype`` against the float64 ``intermediates``
-    (:func:`fuzzkit.graphs.build.run_reference`)."""
+    (:func:`fuzzkit.graphs.build.run_reference`).
+
+    NaN marks an element that is not judged at all: it may overflow (see the module docstring),
+    or it reads (through :func:`dependents`) an element that may; every other element of the
+    same node keeps its bound."""
     dt = _dtype_name(dtype)
     if dt not in UNIT_ROUNDOFF:
         raise ValueError(f"unknown dtype {dtype!r}")
     out: dict[str, np.ndarray] = {}
+    unjudged: dict[str, np.ndarray] = {}
     for inp in graph["inputs"]:
         out[inp["name"]] = np.zeros(np.shape(intermediates[inp["name"]]), dtype=np.float64)
-    overflowed: set[str] = set()
+        unjudged[inp["name"]] = np.zeros(np.shape(intermediates[inp["name"]]), dtype=bool)
     for n in graph["nodes"]:
         y = np.asarray(intermediates[n["name"]], dtype=np.float64)
-        if any(a in overflowed for a in n["args"]):
-            overflowed.add(n["name"])
-            out[n["name"]] = np.full(y.shape, np.nan)
-            continue
         xs = [np.asarray(intermediates[a], dtype=np.float64) for a in n["args"]]
-        es = [out[a] for a in n["args"]]
-        b = np.broadcast_to(node_bound(n["op"], n["attrs"], xs, es, y, dt), y.shape)
+        masks = [unjudged[a] for a in n["args"]]
+        # unjudged input elements only feed unjudged output elements: bound the rest as usual
+        es = [np.where(m, 0.0, out[a]) for a, m in zip(n["args"], masks)]
+        same = n["op"] == "where_gt" and n["args"][0] == n["args"][1]
+        b = np.broadcast_to(node_bound(n["op"], n["attrs"], xs, es, y, dt, same), y.shape)
         with np.errstate(invalid="ignore", over="ignore"):
             # a finite value that (with its error, or a partial result on the way) may leave
             # the dtype's or float32's range: an overflow to inf, and NaN after it, is legitimate
@@ -290,10 +369,9 @@ def error_bounds(graph: dict, intermediates: dict[str, np.ndarray], dtype: Any) 
             # (an infinite bound is "no guarantee" already: not an overflow)
             may_overflow = ((np.isfinite(y) & np.isfinite(reach) & (reach > _OVERFLOW[dt]))
                             | (partial > _OVERFLOW["float32"]))
-        if may_overflow.any():
-            overflowed.add(n["name"])
-            out[n["name"]] = np.full(y.shape, np.nan)
-            continue
+        mask = np.asarray(dependents(n["op"], n["attrs"], masks, xs, y) | may_overflow)
+        unjudged[n["name"]] = mask
         # a NaN from the formulas (a NaN or infinite reference) means "unbounded", not "unjudged"
-        out[n["name"]] = np.where(np.isnan(b), _INF, b).astype(np.float64)
+        b = np.where(np.isnan(b), _INF, b)
+        out[n["name"]] = np.where(mask, np.nan, b).astype(np.float64)
     return out

@@ -7,8 +7,13 @@ shrinking moves towards chains) and rank-level attrs; the op's ``shape_rule`` co
 op is kept only if ``check() == sat`` (else popped and another op is tried).
 
 Phase 2 (concrete shapes): every free dim (input dims, reshape / expand / index_select outputs) has
-a preferred value drawn from ``TILE_VALUES`` (tile boundaries); preferences are tried one at a time
-as tentative constraints (push / check / keep or pop), then the model gives every dim.
+a preferred value drawn from ``TILE_VALUES`` (tile boundaries), or from a :class:`Sizing`'s ``dim``
+draw (a strategy aiming at an implementation's thresholds).  A :class:`Sizing` may also *wish*
+for sizes -- an element count for ``x0``, the row length and row count of the first reducing ops
+(the graph is closed with one if none was drawn), a value read by many consumers -- and caps the
+element count of every tensor.  Wishes, then the inputs' wanted minimum sizes, then the
+preferences are tried one at a time as tentative constraints (push / check / keep or pop), then
+the model gives every dim.
 
 Phase 3 (attrs + guards): shape-dependent attrs are filled (reshape/expand ``shape``, index_select
 ``index``); then a value-range pass (intervals, inputs within ``[-INPUT_BOUND, INPUT_BOUND]``)
@@ -17,14 +22,20 @@ argument whose range is not provably >= ``POSITIVE_MIN``, and ``clamp(-c, c)`` b
 any op whose output magnitude could exceed ``MAGNITUDE_LIMIT`` (keeps float16 finite: exp inputs,
 pow, products, sums).  The graph is finally cut to the node budget; outputs are the sinks.
 
+Operands are offset from the newest value (chains, which compilers fuse); comparisons
+(:data:`COMPARE_OPS`) get the same value on both sides or two graph inputs in a stated share.
+Reductions may take one dim, a list of dims or all of them; a full reduction without keepdim
+makes a 0-d value, which elementwise ops, broadcasting and reshapes accept.
+
 Everything is a function of the chooser's draws (Hypothesis ``data.draw`` or a NumPy Generator),
 and each run uses its own z3 context, so the same seed gives the same graph.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from typing import Any, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 import z3
@@ -33,6 +44,8 @@ from . import ops as _ops
 from .ops import OPS, Chooser, DrawChooser, RngChooser, as_chooser
 
 __all__ = [
+    "Sizing",
+    "factorize",
     "TILE_VALUES",
     "ELEMENT_CAP",
     "INPUT_BOUND",
@@ -108,11 +121,16 @@ def interval(op: str, attrs: dict, ivals: Sequence[tuple[float, float]],
             return (0.0 if lo <= 0 <= hi else min(lo * lo, hi * hi), m * m)
         if e == 3.0:
             return (lo**3, hi**3)
-        if lo < 0:
+        if e == 0.0:
+            return (1.0, 1.0)
+        if e == 1.0:
+            return (lo, hi)
+        if lo < 0 or (e < 0 and lo <= 0):
             return (-inf, inf)  # invalid domain (guards prevent this)
-        return (lo**e, hi**e)
+        return (min(lo**e, hi**e), max(lo**e, hi**e))
     if op == "clamp":
-        a, b = attrs["min"], attrs["max"]
+        a = -inf if attrs.get("min") is None else attrs["min"]
+        b = inf if attrs.get("max") is None else attrs["max"]
         return (min(max(lo, a), b), min(max(hi, a), b))
     if op == "add_scalar":
         return (lo + attrs["value"], hi + attrs["value"])
@@ -150,7 +168,10 @@ def interval(op: str, attrs: dict, ivals: Sequence[tuple[float, float]],
         n = in_shapes[0][attrs["dim"]]
         b = math.sqrt(max(n - 1, 1))
         return (-b, b)
-    if op in ("sum", "cumsum"):
+    if op == "sum":
+        n = math.prod(in_shapes[0][d] for d in _ops.reduced_dims(attrs["dim"], len(in_shapes[0])))
+        return (min(n * lo, lo), max(n * hi, hi))
+    if op == "cumsum":
         n = in_shapes[0][attrs["dim"]]
         return (min(n * lo, lo), max(n * hi, hi))
     if op in ("mean", "amax", "amin", "reshape", "permute", "transpose", "expand", "unsqueeze",
@@ -180,11 +201,69 @@ def value_intervals(graph: dict, input_bound: float = INPUT_BOUND) -> dict[str, 
 # ----------------------------------------------------------------------------------------------
 
 
+#: Comparison ops (``maximum``, ``minimum`` and ``where_gt``'s ``a > b``): one in four sees the
+#: *same* value on both sides (``where(a > a, ...)``, ``maximum(a, a)``: a tie at every element),
+#: one in four compares graph inputs directly (exactly known operands: the oracle judges those
+#: comparisons exactly, and value recipes with small integers make ties there).
+COMPARE_OPS = ("maximum", "minimum", "where_gt")
+COMPARE_SAME_SHARE = 0.25
+COMPARE_INPUTS_SHARE = 0.25
+#: Ops that reduce along a dim (the first one created takes a :class:`Sizing` row wish).
+REDUCING_OPS = ("sum", "mean", "amax", "amin", "softmax", "log_softmax", "layer_norm", "cumsum")
+_LAST_DIM_REDUCTIONS = ("sum", "mean", "amax", "amin")
+
+
+@dataclasses.dataclass
+class Sizing:
+    """What a strategy asks of one graph's sizes; the defaults are plain generation.
+
+    ``cap``       element cap of every tensor (inputs and ops that make larger tensors);
+    ``dim``       ``dim(chooser, where) -> int``: the preferred value of a free dim, ``where``
+                  ``"inner"`` (an input's last dim) or ``"outer"`` (any other free dim); None:
+                  a :data:`TILE_VALUES` draw;
+    ``numel``     preferred element count of input ``x0`` (its dims factorise it);
+    ``row``       preferred element count of the first reducing op's reduced dim(s);
+    ``rows``      preferred product of that op's other dims (the rows of a row-wise reduction);
+    ``more_rows`` further ``(row, rows)`` wishes (``rows`` 0: any) for the next reducing ops;
+    ``last_dim``  the first sum/mean/amax/amin reduces exactly the last dim (a fused reduction
+                  of the fusing compiler);
+    ``fanout``    after the first op, this many ops each take that op's result as an operand
+                  (a value read by many consumers).
+
+    Wishes are tentative: the solver tries them first and drops any it cannot satisfy.
+    """
+
+    cap: int = ELEMENT_CAP
+    dim: Optional[Callable[[Chooser, str], int]] = None
+    numel: Optional[int] = None
+    row: Optional[int] = None
+    rows: Optional[int] = None
+    more_rows: tuple[tuple[int, int], ...] = ()
+    last_dim: bool = False
+    fanout: int = 0
+
+
+def factorize(n: int, rank: int, ch: Chooser) -> list[int]:
+    """``rank`` dims whose product is ``n``: small divisors drawn for the leading dims, the rest
+    in the last (so a prime ``n`` becomes ``[1, ..., n]``)."""
+    dims = []
+    rest = int(n)
+    for _ in range(rank - 1):
+        # proper divisors first (a dim of 1 makes layout ops trivial), 1 last
+        divisors = [d for d in range(2, min(rest - 1, 64) + 1) if rest % d == 0] + [1]
+        d = divisors[ch.integers(0, len(divisors) - 1)]
+        dims.append(d)
+        rest //= d
+    return dims + [rest]
+
+
 class _Gen:
-    def __init__(self, ch: Chooser, op_names: Sequence[str], max_tries: int = 12):
+    def __init__(self, ch: Chooser, op_names: Sequence[str], max_tries: int = 12,
+                 sizing: Optional[Sizing] = None):
         self.ch = ch
         self.op_names = list(op_names)
         self.max_tries = max_tries
+        self.sizing = sizing or Sizing()
         self.ctx = z3.Context()
         _ops.reset_z3(self.ctx)
         self.solver = z3.Solver(ctx=self.ctx)
@@ -193,19 +272,30 @@ class _Gen:
         self.values: list[tuple[str, list]] = []
         self.nodes: list[tuple[str, list[str], dict, list]] = []
         self.free: list[tuple[Any, int]] = []  # (z3 var, preferred value)
+        # tentative constraint sets the solver tries before the per-dim preferences
+        self.wishes: list[list] = []
+        self.n_inputs = 0
+        # reduction wishes still to give out, (row, rows); the nodes that took one
+        self.row_wishes: list[tuple[int, int]] = (
+            [(int(self.sizing.row), int(self.sizing.rows or 0))] if self.sizing.row else [])
+        self.row_wishes += [(int(r), int(n)) for r, n in self.sizing.more_rows if r]
+        self.row_nodes: list[int] = []
+        self.hub_left = self.sizing.fanout
         # assumption literal: input dims stay >= min(pref, 7) (so ops that would force the graph's
         # inputs to be tiny, e.g. long cat chains under the element cap, are rejected)
         self.wanted = z3.Bool("wanted", self.ctx)
         self.wanted_terms: list = []
 
     # -- draws --------------------------------------------------------------------------------
-    def _pref(self) -> int:
+    def _pref(self, where: str = "outer") -> int:
+        if self.sizing.dim is not None:
+            return int(self.sizing.dim(self.ch, where))
         return TILE_VALUES[self.ch.integers(0, len(TILE_VALUES) - 1)]
 
-    def _new_free(self, v) -> None:
-        self.free.append((v, self._pref()))
+    def _new_free(self, v, where: str = "outer", pref: Optional[int] = None) -> None:
+        self.free.append((v, self._pref(where) if pref is None else int(pref)))
 
-    def _operand(self) -> int:
+    def _operand(self, chain: bool = False) -> int:
         n = len(self.values)
         if isinstance(self.ch, RngChooser):
             rng = self.ch.rng
@@ -214,7 +304,8 @@ class _Gen:
             else:
                 k = int(rng.integers(0, n))
         else:
-            k = self.ch.integers(0, n - 1)
+            # half the first operands are the newest value: chains, which the compilers fuse
+            k = 0 if chain and n > 1 and self.ch.boolean() else self.ch.integers(0, n - 1)
         return n - 1 - k
 
     # -- constraints --------------------------------------------------------------------------
@@ -224,40 +315,112 @@ class _Gen:
             return []
         cons = []
         if len(shape) >= 2:
-            cons.append(_ops._prod(shape) <= ELEMENT_CAP)
+            cons.append(_ops._prod(shape) <= self.sizing.cap)
         else:
-            cons.append(shape[0] <= ELEMENT_CAP)
+            cons.append(shape[0] <= self.sizing.cap)
         return cons
 
     def add_inputs(self) -> None:
         k = self.ch.integers(1, MAX_INPUTS)
+        # the reduction wishes shape inputs from the last one back (x0 keeps a numel wish)
+        free_inputs = [i for i in reversed(range(k)) if not (i == 0 and self.sizing.numel)]
+        shaped = dict(zip(free_inputs, self.row_wishes))
         for i in range(k):
             r = self.ch.integers(1, MAX_INPUT_RANK)
+            if i in shaped and shaped[i][1] > 1:
+                r = max(r, 2)  # room for the rows
             shape = [_ops.fresh_dim("x") for _ in range(r)]
-            for d in shape:
+            prefs: list[Optional[int]] = [None] * r
+            if i == 0 and self.sizing.numel:
+                prefs = list(factorize(self.sizing.numel, r, self.ch))
+                self.wishes.append([d == p for d, p in zip(shape, prefs)])
+            elif i in shaped:
+                # shaped like the wished reduction: rows (if wished), then the row
+                row, rows = shaped[i]
+                lead: list[Optional[int]] = [None] * (r - 1)
+                if rows:
+                    lead = list(factorize(rows, r - 1, self.ch))
+                prefs = lead + [row]
+                self.wishes.append([d == p for d, p in zip(shape, prefs) if p is not None])
+            for j, d in enumerate(shape):
                 self.solver.add(d >= 1)
-                self._new_free(d)
+                self._new_free(d, "inner" if j == r - 1 else "outer", prefs[j])
                 self.wanted_terms.append(d >= min(self.free[-1][1], 7))
             self.solver.add(*self._cap(shape))
             self.values.append((f"x{i}", shape))
+        self.n_inputs = k
         self.solver.add(z3.Implies(self.wanted, z3.And(*self.wanted_terms)))
         if self.solver.check(self.wanted) != z3.sat:  # pragma: no cover - inputs alone are easy
             raise RuntimeError("input shape constraints are not satisfiable")
         self.model = self.solver.model()
 
-    def try_op(self) -> bool:
+    def _operands(self, op: str, arity: int) -> list[int]:
         ch = self.ch
-        op = self.op_names[ch.integers(0, len(self.op_names) - 1)]
+        idx = [self._operand(chain=j == 0) for j in range(arity)]
+        if not self.nodes and self.sizing.numel:
+            idx[0] = 0  # the first op reads x0, the input of the wished element count
+        if op in COMPARE_OPS:
+            mode = ch.integers(0, 3)  # COMPARE_SAME_SHARE, COMPARE_INPUTS_SHARE: 1/4 each
+            if mode == 0:  # one value on both sides of the comparison
+                idx[1] = idx[0]
+            elif mode == 1:  # graph inputs compared directly
+                idx[0] = ch.integers(0, self.n_inputs - 1)
+                idx[1] = ch.integers(0, self.n_inputs - 1)
+        if self.hub_left > 0 and len(self.nodes) >= 1:
+            idx[ch.integers(0, arity - 1)] = self.n_inputs  # the first node's result
+        return idx
+
+    def _row_wish(self, op: str, shape: list, attrs: dict) -> list:
+        """Constraints that give this reducing op the next wished row length (and row count)."""
+        s = self.sizing
+        if not self.row_wishes or not shape:
+            return []
+        row, rows = self.row_wishes[0]
+        if op not in (_LAST_DIM_REDUCTIONS if s.last_dim else REDUCING_OPS):
+            return []
+        if op in _LAST_DIM_REDUCTIONS:
+            if s.last_dim:
+                attrs["dim"] = len(shape) - 1
+            dims = _ops.reduced_dims(attrs["dim"], len(shape))
+        else:
+            dims = (int(attrs["dim"]),)
+        wish = [_ops._prod([shape[d] for d in dims]) == row]
+        if rows:
+            wish.append(_ops._prod([shape[d] for d in range(len(shape)) if d not in dims])
+                        == rows)
+        return wish
+
+    def close_with_reduction(self, tries: int = 4) -> None:
+        """Row wishes whose reductions were never drawn: end the graph with them (over the newest
+        value, else over the last input)."""
+        ops = _LAST_DIM_REDUCTIONS if self.sizing.last_dim else REDUCING_OPS
+        for k in range(tries * len(self.row_wishes)):
+            if not self.row_wishes:
+                return
+            op = ops[self.ch.integers(0, len(ops) - 1)]
+            operand = len(self.values) - 1 if k % 2 == 0 else self.n_inputs - 1
+            self.try_op(op, operand)
+
+    def try_op(self, op: Optional[str] = None, operand: Optional[int] = None) -> bool:
+        ch = self.ch
+        if op is None:
+            names = self.op_names
+            if not self.nodes and self.sizing.numel:  # an elementwise op reads x0 first
+                names = [o for o in names if OPS[o].kind == "elementwise"] or names
+            op = names[ch.integers(0, len(names) - 1)]
         spec = OPS[op]
-        idx = [self._operand() for _ in range(spec.arity)]
+        idx = self._operands(op, spec.arity)
+        if operand is not None:
+            idx[0] = operand
         shapes = [self.values[i][1] for i in idx]
         attrs = spec.sample_attrs(ch, [len(s) for s in shapes])
         if attrs is None:
             return False
+        wish = self._row_wish(op, shapes[0], attrs)
         _ops._Z3_STATE["ctx"] = self.ctx
         n_free_before = _ops._Z3_STATE["counter"]
         cons, out = spec.shape_rule(shapes, attrs)
-        if not (1 <= len(out) <= _ops.MAX_RANK):
+        if not (0 <= len(out) <= _ops.MAX_RANK):
             return False
         new_vars = [d for d in out if z3.is_const(d) and not z3.is_int_value(d)
                     and d.decl().name()[0] in "reib"
@@ -279,24 +442,48 @@ class _Gen:
         for d in new_vars:
             if d.decl().name()[0] in "rei":  # reshape / expand / index_select outputs are free
                 self._new_free(d)
+        if wish and self._satisfiable(wish):
+            self.wishes.insert(len(self.row_nodes), wish)  # before the inputs' shape wishes
+            self.row_wishes.pop(0)
+            self.row_nodes.append(len(self.nodes))
+        if self.hub_left > 0 and len(self.nodes) >= 1:
+            self.hub_left -= 1
         name = f"t{len(self.nodes)}"
         self.nodes.append((op, [self.values[i][0] for i in idx], attrs, out))
         self.values.append((name, out))
         return True
 
-    def solve(self) -> z3.ModelRef:
+    def _satisfiable(self, cons: list) -> bool:
+        """Whether ``cons`` can hold together with everything so far (a wish an op cannot
+        take is left for a later op)."""
+        self.solver.push()
+        self.solver.add(*cons)
+        ok = self.solver.check() == z3.sat
+        self.solver.pop()
+        return ok
+
+    def _try(self, cons: list) -> bool:
         s = self.solver
-        s.add(self.wanted)
+        s.push()
+        s.add(*cons)
+        if s.check() == z3.sat:
+            self.model = s.model()
+            return True
+        s.pop()
+        return False
+
+    def solve(self) -> z3.ModelRef:
+        # wishes first (all of one, else its first constraint alone), then the inputs' wanted
+        # minimum sizes, then one preferred dim at a time
+        for wish in self.wishes:
+            if not self._try(wish) and len(wish) > 1:
+                self._try(wish[:1])
+        self._try([self.wanted])
         for v, pref in self.free:
-            i = TILE_VALUES.index(pref)
-            ladder = [pref] + [TILE_VALUES[j] for j in sorted({i // 2, i // 4}) if j < i][::-1]
+            ladder = dict.fromkeys([pref, max(1, pref // 2), max(1, pref // 8), 1])
             for val in ladder:
-                s.push()
-                s.add(v == val)
-                if s.check() == z3.sat:
-                    self.model = s.model()
+                if self._try([v == val]):
                     break
-                s.pop()
         return self.model
 
 
@@ -321,6 +508,7 @@ def _finish(gen: _Gen, model: z3.ModelRef, max_nodes: int) -> dict:
     ivals: dict[str, tuple[float, float]] = {i["name"]: (-INPUT_BOUND, INPUT_BOUND) for i in inputs}
     rename: dict[str, str] = {}
     nodes: list[dict] = []
+    protected = ""  # the wished reductions survive the cut to max_nodes
 
     def emit(op: str, args: list[str], attrs: dict, shape: list[int]) -> str:
         name = f"n{len(nodes)}"
@@ -345,44 +533,64 @@ def _finish(gen: _Gen, model: z3.ModelRef, max_nodes: int) -> dict:
             if not lo >= POSITIVE_MIN or not math.isfinite(hi):
                 a = emit("abs", [args[pos]], {}, shapes[args[pos]])
                 args[pos] = emit("add_scalar", [a], {"value": 0.5}, shapes[a])
-        # magnitude guards
+        # magnitude guards (one guard per distinct operand: ``maximum(a, a)`` stays a
+        # comparison of one value with itself)
         for c in _CLAMP_LEVELS:
             lo, hi = interval(op, pub, [ivals[a] for a in args], [shapes[a] for a in args], out_shape)
             if max(abs(lo), abs(hi)) <= MAGNITUDE_LIMIT:
                 break
+            guarded: dict[str, str] = {}
             for pos, a in enumerate(args):
                 alo, ahi = ivals[a]
-                if max(abs(alo), abs(ahi)) > c:
-                    args[pos] = emit("clamp", [a], {"min": -c, "max": c}, shapes[a])
+                if a in guarded:
+                    args[pos] = guarded[a]
+                elif max(abs(alo), abs(ahi)) > c:
+                    args[pos] = guarded[a] = emit("clamp", [a], {"min": -c, "max": c}, shapes[a])
         rename[tname] = emit(op, args, pub, out_shape)
+        if any(tname == f"t{k}" for k in gen.row_nodes):
+            protected = rename[tname]
 
-    nodes = nodes[:max_nodes]
+    names = [n["name"] for n in nodes]
+    nodes = nodes[:max(max_nodes, names.index(protected) + 1 if protected else 0)]
     used = {a for n in nodes for a in n["args"]}
     outputs = [n["name"] for n in nodes if n["name"] not in used]
     return {"inputs": inputs, "nodes": nodes, "outputs": outputs}
 
 
-def generate(chooser: Any, n_nodes: int, ops: Sequence[str] | None = None) -> dict:
-    """Generate a graph with at most ``n_nodes`` nodes (at least one) from a chooser's draws."""
+def generate(chooser: Any, n_nodes: int, ops: Sequence[str] | None = None,
+             sizing: Optional[Sizing] = None, keep: Optional[int] = None,
+             more: Optional[Callable[[int], bool]] = None) -> dict:
+    """Generate a graph from a chooser's draws: ``n_nodes`` drawn ops (at least one), guard nodes
+    inserted, then cut to ``keep`` nodes (default ``n_nodes``); ``sizing`` steers its sizes.
+
+    ``more(count)``, asked after each op, may end the graph early: a Hypothesis draw there makes
+    every op its own deletable span (like the elements of ``st.lists``), so a failing graph
+    shrinks op by op."""
     ch = as_chooser(chooser)
     names = [o for o in (ops or _ops.DEFAULT_OPS)]
     for o in names:
         if o not in OPS:
             raise KeyError(f"unknown op {o!r}")
     n_nodes = max(1, int(n_nodes))
-    gen = _Gen(ch, names)
+    gen = _Gen(ch, names, sizing=sizing)
     gen.add_inputs()
     fails = 0
+    asked = 0
     while len(gen.nodes) < n_nodes and fails < gen.max_tries * max(4, n_nodes):
+        if more is not None and asked < len(gen.nodes):
+            asked = len(gen.nodes)
+            if not more(asked):
+                break
         if not gen.try_op():
             fails += 1
+    gen.close_with_reduction()
     if not gen.nodes:  # always at least one node
         OPS_FALLBACK = "neg"
         gen.nodes.append((OPS_FALLBACK, [gen.values[0][0]], {}, gen.values[0][1]))
         gen.values.append(("t0", gen.values[0][1]))
     model = gen.solve()
     try:
-        return _finish(gen, model, n_nodes)
+        return _finish(gen, model, max(n_nodes, int(keep or 0)))
     finally:
         _ops.reset_z3(None)
 
@@ -394,6 +602,14 @@ def random_graph(rng: np.random.Generator | int, n_nodes: int, ops: Sequence[str
     return generate(RngChooser(rng), n_nodes, ops)
 
 
+def more_ops(draw: Callable[[Any], Any], count: int, min_nodes: int = 1) -> bool:
+    """Whether a Hypothesis-drawn graph gets another op after ``count`` (one in sixteen stops it
+    early; shrinking turns these draws into stops)."""
+    from hypothesis import strategies as st
+
+    return count < min_nodes or draw(st.integers(0, 15)) != 0
+
+
 def graph_strategy(max_nodes: int = 12, ops: Sequence[str] | None = None, min_nodes: int = 1):
     """Hypothesis strategy of graphs: node count, op, operand, attr and preferred-dim choices are
     all ``data.draw`` draws, so Hypothesis shrinks them (towards fewer nodes, earlier ops in the op
@@ -403,6 +619,7 @@ def graph_strategy(max_nodes: int = 12, ops: Sequence[str] | None = None, min_no
     @st.composite
     def _graphs(draw):
         n = draw(st.integers(min_nodes, max_nodes))
-        return generate(DrawChooser(draw), n, ops)
+        return generate(DrawChooser(draw), n, ops, more=lambda count: more_ops(draw, count,
+                                                                              min_nodes))
 
     return _graphs()

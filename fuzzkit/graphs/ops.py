@@ -277,7 +277,7 @@ def transpose(a, dim0, dim1):
 
 
 def expand(a, shape):
-    return a.expand(*shape)
+    return a.expand(tuple(shape))
 
 
 def unsqueeze(a, dim):
@@ -342,14 +342,21 @@ def _rule_bmm(shapes, attrs):
     return [a[0] == b[0], a[2] == b[1]], [a[0], a[1], b[2]]
 
 
+def reduced_dims(dim: Any, rank: int) -> tuple[int, ...]:
+    """The dims a reduction's ``dim`` attr reduces: one int, a list of ints, or None (all)."""
+    if dim is None:
+        return tuple(range(rank))
+    if isinstance(dim, (list, tuple)):
+        return tuple(sorted({int(d) % rank for d in dim})) if rank else ()
+    return (int(dim) % rank,) if rank else ()
+
+
 def _rule_reduce(shapes, attrs):
     s = list(shapes[0])
-    d = attrs["dim"]
+    dims = reduced_dims(attrs["dim"], len(s))
     if attrs["keepdim"]:
-        s[d] = int_val(1)
-    else:
-        del s[d]
-    return [], s
+        return [], [int_val(1) if k in dims else d for k, d in enumerate(s)]
+    return [], [d for k, d in enumerate(s) if k not in dims]
 
 
 def _rule_reshape(shapes, attrs):
@@ -441,31 +448,56 @@ def _attrs_same_rank(ch, ranks):
 
 
 def _attrs_dim(ch, ranks):
+    if ranks[0] == 0:  # a 0-d value (a full reduction's result) has no dim to pick
+        return None
     return {"dim": ch.integers(0, ranks[0] - 1)}
 
 
 def _attrs_reduce(ch, ranks):
+    """One dim (most draws), a list of dims, or ``None`` (every dim: a full reduction, a 0-d
+    result without keepdim; the only form a 0-d operand takes)."""
     r = ranks[0]
-    keepdim = True if r == 1 else ch.boolean()
-    return {"dim": ch.integers(0, r - 1), "keepdim": keepdim}
+    form = ch.integers(0, 7) if r else 7
+    if form < 6:
+        dim: Any = ch.integers(0, r - 1)
+    elif form == 6:
+        dim = sorted({ch.integers(0, r - 1) for _ in range(2)})
+    else:
+        dim = None
+    return {"dim": dim, "keepdim": ch.boolean()}
 
 
 _INT_EXPONENTS = (2.0, 3.0)
 _FRAC_EXPONENTS = (0.5, 1.5)
+#: the rarer exponents compilers special-case: x**0 (1 even for NaN and Inf), x**1, and the
+#: reciprocal powers
+_EDGE_EXPONENTS = (0.0, 1.0, -1.0, -2.0, -0.5)
 
 
 def _attrs_pow(ch, ranks):
-    exps = _INT_EXPONENTS + _FRAC_EXPONENTS
+    exps = _INT_EXPONENTS + _FRAC_EXPONENTS + _EDGE_EXPONENTS
     return {"exponent": exps[ch.integers(0, len(exps) - 1)]}
 
 
-_CLAMP_BOUNDS = (-4.0, -2.0, -1.0, -0.5, 0.0, 0.5, 1.0, 2.0, 4.0)
+_CLAMP_BOUNDS = (-math.inf, -4.0, -2.0, -1.0, -0.5, 0.0, 0.5, 1.0, 2.0, 4.0, math.inf)
 
 
 def _attrs_clamp(ch, ranks):
-    i = ch.integers(0, len(_CLAMP_BOUNDS) - 2)
-    j = ch.integers(i + 1, len(_CLAMP_BOUNDS) - 1)
-    return {"min": _CLAMP_BOUNDS[i], "max": _CLAMP_BOUNDS[j]}
+    """Two bounds ``min < max`` (infinite ones included), or one side only (``None``: torch's
+    ``clamp_min`` / ``clamp_max``)."""
+    i = ch.integers(1, len(_CLAMP_BOUNDS) - 3)
+    j = ch.integers(i + 1, len(_CLAMP_BOUNDS) - 2)
+    lo, hi = _CLAMP_BOUNDS[i], _CLAMP_BOUNDS[j]
+    side = ch.integers(0, 7)
+    if side == 1:
+        lo = None
+    elif side == 2:
+        hi = None
+    elif side == 3:
+        lo = -math.inf
+    elif side == 4:
+        hi = math.inf
+    return {"min": lo, "max": hi}
 
 
 def _attrs_add_scalar(ch, ranks):
@@ -487,7 +519,7 @@ def _attrs_reshape(ch, ranks):
     r = ranks[0]
     mode = _RESHAPE_MODES[ch.integers(0, len(_RESHAPE_MODES) - 1)]
     if mode == "split":
-        if r >= MAX_RANK:
+        if r >= MAX_RANK or r == 0:
             return None
         return {"_mode": mode, "_at": ch.integers(0, r - 1), "_k": ch.choice((2, 3, 4, 8))}
     if mode == "merge":
@@ -542,12 +574,14 @@ def _attrs_squeeze(ch, ranks):
 
 
 def _attrs_cat(ch, ranks):
-    if ranks[0] != ranks[1]:
+    if ranks[0] != ranks[1] or ranks[0] == 0:
         return None
     return {"dim": ch.integers(0, ranks[0] - 1)}
 
 
 def _attrs_index_select(ch, ranks):
+    if ranks[0] == 0:
+        return None
     return {"dim": ch.integers(0, ranks[0] - 1)}
 
 
@@ -570,10 +604,11 @@ class OpSpec:
     guard_only: bool = False  # only inserted by the generator as a guard, never drawn
 
     def domain_args(self, attrs: dict) -> tuple[int, ...]:
-        """Argument positions that need ``domain`` (pow: only for fractional exponents)."""
+        """Argument positions that need ``domain`` (pow: only for fractional or negative
+        exponents)."""
         if self.name == "pow":
             e = float(attrs.get("exponent", 2.0))
-            return (0,) if e != math.floor(e) else ()
+            return (0,) if e != math.floor(e) or e < 0 else ()
         return self.domain_positions
 
     def sample(self, chooser: Any, in_ranks: Sequence[int]) -> dict | None:

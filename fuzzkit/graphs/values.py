@@ -1,84 +1,111 @@
-"""Input values for compiler graphs.
+"""Input values for compiler graphs, drawn with the shared value domains of :mod:`fuzzkit.values`.
 
-A *recipe* per graph input — ``("normal", scale)``, ``("uniform", lo, hi)``, ``("ints", lo, hi)``
-or, only with ``special=True``, ``("special", p)`` (NaN / ±Inf / ±0 / the dtype's largest finite
-value mixed into normal values) — is drawn by Hypothesis, then the array is made from a drawn seed
-and rounded to the dtype (bfloat16: round-to-nearest-even on float32 bits in NumPy).  Non-special
-values lie in ``[-INPUT_BOUND, INPUT_BOUND]``, the range the generator's guards assume, so any input
-may feed any op: positive-domain ops always get their operand through guard nodes
-(``abs`` + ``add_scalar(0.5)``), never directly from an input.
+Two contracts, one per case:
+
+* **ordinary** (:func:`ordinary_domain`): finite values within ``[-INPUT_BOUND, INPUT_BOUND]``,
+  the range the generator's guards assume (any input may feed any op: positive-domain ops get
+  their operand through ``abs`` + ``add_scalar(0.5)``).  Every finite kind of
+  :data:`fuzzkit.values.KINDS`: normal (scaled ``10**k``, clipped -- so also ties at ``+-4``),
+  small integers, repeated values, all-zero with ``+-0``, sparse, tiny (norms below 1e-7 for
+  float32 / bfloat16), subnormals of the dtype, "huge" (here: near ``+-4`` and at
+  ``sqrt(4)``), Hypothesis-drawn elements and elementwise mixtures.
+* **special** (:func:`special_domain`): the whole dtype range with NaN and ``+-Inf`` (the
+  validator accepts any floating value): huge finite values overflow in float32 or the dtype,
+  and the oracle leaves exactly the elements that may overflow unjudged
+  (:func:`fuzzkit.graphs.bound.error_bounds`).
+
+Shares (per case, :func:`value_plan`; ``tests/test_graphs.py`` measures them):
+
+* :data:`TIE_SHARE` of the cases give *every* input the same small-value kind (``ints`` or
+  ``repeated``), so inputs share values and comparisons between them tie;
+* in a special case one input (drawn) is of kind ``special`` (NaN and +-Inf among finite
+  values: :data:`fuzzkit.values.KINDS`), the others draw their kind from
+  :data:`SPECIAL_KINDS`, where ``special`` and ``huge`` weigh more.
+
+Every array is float32 holding values exactly representable in the case dtype
+(:func:`fuzzkit.values.round_to`, round to nearest even; :func:`round_to_dtype` is the same
+function under its old name).
 """
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
-from .bound import LARGEST_FINITE
+from fuzzkit import values as fv
+
 from .generate import INPUT_BOUND
 
-__all__ = ["round_to_dtype", "make_array", "random_values", "value_strategy", "recipe_strategy",
-           "DTYPES"]
+__all__ = ["round_to_dtype", "ordinary_domain", "special_domain", "value_plan", "draw_values",
+           "make_array", "random_values", "value_strategy", "DTYPES", "TIE_SHARE",
+           "SPECIAL_KINDS", "ORDINARY_KINDS"]
 
 DTYPES = ("float32", "float16", "bfloat16")
 
+#: ``fuzzkit.values.round_to``: one rounding routine for the whole project.
+round_to_dtype = fv.round_to
 
-def round_to_dtype(x: Any, dtype: str) -> np.ndarray:
-    """float32 array whose values are exactly representable in ``dtype`` (round to nearest even)."""
-    a = np.asarray(x, dtype=np.float32)
-    if dtype == "float32":
-        return a.copy()
-    if dtype == "float16":
-        with np.errstate(over="ignore"):
-            return a.astype(np.float16).astype(np.float32)
-    if dtype == "bfloat16":
-        bits = a.view(np.uint32).astype(np.uint64)
-        rounding = ((bits >> 16) & 1) + 0x7FFF
-        out = ((bits + rounding) & 0xFFFF0000).astype(np.uint32).view(np.float32)
-        return np.where(np.isnan(a), np.float32(np.nan), out).astype(np.float32)
-    raise ValueError(f"unknown dtype {dtype!r}")
+#: Share of cases whose inputs all draw one small-value kind (ties between inputs).
+TIE_SHARE = 0.25
+_TIE_KINDS = ("ints", "repeated")
+
+#: Kind weights of an ordinary input (every finite kind, weights of fuzzkit.values).
+ORDINARY_KINDS: tuple[tuple[str, int], ...] = tuple(
+    (k, w) for k, w in fv.KINDS if k != "special")
+#: Kind weights of the inputs of a special case besides the one forced to ``special``.
+SPECIAL_KINDS: tuple[tuple[str, int], ...] = tuple(
+    (k, w * 4 if k in ("special", "huge") else w) for k, w in fv.KINDS)
 
 
-def make_array(recipe: Sequence[Any], shape: Sequence[int], seed: int, dtype: str) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    shape = tuple(int(d) for d in shape)
-    kind = recipe[0]
-    if kind == "normal":
-        a = np.clip(rng.normal(0.0, recipe[1], size=shape), -INPUT_BOUND, INPUT_BOUND)
-    elif kind == "uniform":
-        a = rng.uniform(recipe[1], recipe[2], size=shape)
-    elif kind == "ints":
-        a = rng.integers(recipe[1], recipe[2] + 1, size=shape).astype(np.float64)
-    elif kind == "special":
-        a = np.clip(rng.normal(0.0, 1.0, size=shape), -INPUT_BOUND, INPUT_BOUND)
-        specials = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, LARGEST_FINITE[dtype], -LARGEST_FINITE[dtype]])
-        mask = rng.random(shape) < recipe[1]
-        a = np.where(mask, specials[rng.integers(0, len(specials), size=shape)], a)
-    else:
-        raise ValueError(f"unknown recipe {recipe!r}")
-    return round_to_dtype(a, dtype)
+def ordinary_domain(dtype: str) -> fv.Domain:
+    """Finite values within the generator's input bound, every finite kind."""
+    return fv.Domain(dtype, nan=False, inf=False, max_abs=INPUT_BOUND)
 
 
-_SCALES = (1.0, 0.1, 2.0, 0.01)
-_GRID = (-4.0, -2.0, -1.0, -0.5, 0.0, 0.5, 1.0, 2.0, 4.0)
+def special_domain(dtype: str) -> fv.Domain:
+    """The whole dtype range, NaN and +-Inf included."""
+    return fv.Domain(dtype, nan=True, inf=True)
 
 
-def recipe_strategy(special: bool = False):
+def value_plan(draw: Callable[[Any], Any], n_inputs: int, special: bool) -> list[Optional[str]]:
+    """The value kind of each input (None: drawn per input from the domain's weights)."""
     from hypothesis import strategies as st
 
-    normal = st.tuples(st.just("normal"), st.sampled_from(_SCALES))
-    uniform = st.tuples(st.integers(0, len(_GRID) - 2), st.integers(1, len(_GRID) - 1)).map(
-        lambda ij: ("uniform", _GRID[ij[0]], _GRID[max(ij[0] + 1, ij[1])])
-    )
-    ints = st.tuples(st.just("ints"), st.integers(-4, 0), st.integers(0, 4))
-    options = [normal, uniform, ints]
     if special:
-        options.append(st.tuples(st.just("special"), st.sampled_from((0.1, 0.5, 1.0))))
-    return st.one_of(*options)
+        forced = draw(st.integers(0, n_inputs - 1))
+        return [("special" if i == forced else str(fv.choose(draw, SPECIAL_KINDS)))
+                for i in range(n_inputs)]
+    if draw(st.integers(0, 99)) < round(TIE_SHARE * 100):
+        kind = _TIE_KINDS[draw(st.integers(0, len(_TIE_KINDS) - 1))]
+        return [kind] * n_inputs
+    return [str(fv.choose(draw, ORDINARY_KINDS)) for _ in range(n_inputs)]
 
 
-def value_strategy(graph: dict, dtype: str, special: bool = False):
+def _clip(a: np.ndarray, domain: fv.Domain) -> np.ndarray:
+    # fuzzkit.values' "repeated" kind draws from a fixed list (7.25, -3, ...) whatever the
+    # domain's max_abs: keep ordinary values inside the bound the guards assume
+    if domain.max_abs is None:
+        return a
+    with np.errstate(invalid="ignore"):
+        return np.clip(a, -domain.max_abs, domain.max_abs).astype(np.float32)
+
+
+def draw_values(draw: Callable[[Any], Any], graph: dict, dtype: str,
+                special: bool = False) -> list[np.ndarray]:
+    """One float32 array per graph input, exact in ``dtype`` (see the module docstring)."""
+    if dtype not in DTYPES:
+        raise ValueError(f"unknown dtype {dtype!r}")
+    domain = special_domain(dtype) if special else ordinary_domain(dtype)
+    plan = value_plan(draw, len(graph["inputs"]), special)
+    out = []
+    for inp, kind in zip(graph["inputs"], plan):
+        a = fv.array(draw, inp["shape"], domain, kind)
+        out.append(_clip(np.asarray(a, dtype=np.float32), domain))
+    return out
+
+
+def value_strategy(graph: dict, dtype: str, special: bool = False) -> Any:
     """Hypothesis strategy of ``[np.ndarray float32]``, one per graph input, exact in ``dtype``."""
     from hypothesis import strategies as st
 
@@ -86,31 +113,31 @@ def value_strategy(graph: dict, dtype: str, special: bool = False):
         raise ValueError(f"unknown dtype {dtype!r}")
 
     @st.composite
-    def _values(draw):
-        out = []
-        for inp in graph["inputs"]:
-            recipe = draw(recipe_strategy(special))
-            seed = draw(st.integers(0, 2**32 - 1))
-            out.append(make_array(recipe, inp["shape"], seed, dtype))
-        return out
+    def _values(draw: Callable[[Any], Any]) -> list[np.ndarray]:
+        return draw_values(draw, graph, dtype, special)
 
     return _values()
 
 
-def random_values(graph: dict, rng: np.random.Generator | int, dtype: str = "float32") -> list[np.ndarray]:
-    """Non-special values from a NumPy Generator (benchmarks): a random recipe per input."""
+def make_array(kind: str, shape: Sequence[int], seed: int, dtype: str,
+               special: bool = False) -> np.ndarray:
+    """An array of one :data:`fuzzkit.values.KINDS` kind from a seed (no Hypothesis; ``drawn``
+    becomes ``mixed``), exact in ``dtype``."""
+    domain = special_domain(dtype) if special else ordinary_domain(dtype)
+    kind = "mixed" if kind == "drawn" else kind
+    a = fv.round_to(fv.fill(kind, shape, domain, int(seed)), dtype)
+    return _clip(np.asarray(a, dtype=np.float32), domain)
+
+
+def random_values(graph: dict, rng: np.random.Generator | int, dtype: str = "float32"
+                  ) -> list[np.ndarray]:
+    """Ordinary values from a NumPy Generator (benchmarks, tests): a weighted kind per input."""
     if not isinstance(rng, np.random.Generator):
         rng = np.random.default_rng(rng)
+    kinds = [k for k, _ in ORDINARY_KINDS]
+    weights = np.array([w for _, w in ORDINARY_KINDS], dtype=np.float64)
     out = []
     for inp in graph["inputs"]:
-        k = int(rng.integers(0, 3))
-        if k == 0:
-            recipe: tuple = ("normal", float(_SCALES[int(rng.integers(0, len(_SCALES)))]))
-        elif k == 1:
-            i = int(rng.integers(0, len(_GRID) - 1))
-            j = int(rng.integers(i + 1, len(_GRID)))
-            recipe = ("uniform", _GRID[i], _GRID[j])
-        else:
-            recipe = ("ints", -4, 4)
-        out.append(make_array(recipe, inp["shape"], int(rng.integers(0, 2**32 - 1)), dtype))
+        kind = kinds[int(rng.choice(len(kinds), p=weights / weights.sum()))]
+        out.append(make_array(kind, inp["shape"], int(rng.integers(0, 2**32 - 1)), dtype))
     return out

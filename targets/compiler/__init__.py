@@ -19,6 +19,13 @@ reference (eager float64, :func:`fuzzkit.graphs.build.run_reference`) adds ``"in
 divergence signature ``mismatch:<op>:<dtype>:<error_class>``.
 
 :func:`compile_calls` counts compiles in this process (bisection reports it).
+
+Reach (:mod:`.thresholds`): each implementation declares where its code changes path -- the
+fusing compiler's ``MAX_BLOCK`` tiles as launched (interpreter / GPU), Inductor's C++ vector
+widths, reduction cut-offs and realization threshold, Dynamo's 0/1 specialisation -- and the
+strategy (:mod:`.strategies`) aims its sizes at them; ``Target.sizes`` measures those sizes in a
+case.  Coverage measures the fusing package (``targets.compiler.fusing``), Inductor's wrapper and
+the driver here.
 """
 
 from __future__ import annotations
@@ -106,7 +113,7 @@ def _inductor_unavailable() -> Any:
 
 def target() -> Target:
     """The ``compiler`` target (entry point ``targets.compiler:target``)."""
-    from targets.compiler import checks
+    from targets.compiler import checks, thresholds
     from targets.compiler.mutants import MUTANTS
 
     return Target(
@@ -121,16 +128,23 @@ def target() -> Target:
                 description="in-project fusing compiler: elementwise chains + last-dim "
                             "reductions as generated Triton kernels, the rest eager",
                 unavailable=triton_support.unavailable_with("targets.compiler.fusing.runtime"),
+                thresholds=thresholds.fusing_thresholds,
+                sources=("targets.compiler.fusing",),
             ),
             "inductor": Implementation(
                 "inductor", _inductor_run, backend="torch",
                 description="torch.compile(backend='inductor', fullgraph=True), static or "
                             "dynamic shapes (C++ on CPU, Triton on GPU)",
                 unavailable=_inductor_unavailable,
+                thresholds=thresholds.inductor_thresholds,
+                sources=("targets.compiler.inductor",),
             ),
         },
         oracle=checks.oracle,
         mutants=MUTANTS,
         reducible=(),
         validate=checks.validate,
+        sizes=thresholds.SIZES,
+        # the driver every implementation runs through (build, compile, run, widen)
+        sources=("targets.compiler.__init__",),
     )

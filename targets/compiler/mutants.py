@@ -10,6 +10,13 @@ benchmark drives the minifier under them).
 
 Two are *fusion-only*: the miscompile appears only when two specific ops share a kernel, so a
 prefix bisection that cuts the graph between them makes it disappear.
+
+Six are *reach* mutants: each lives only past a threshold the strategy now aims at
+(:mod:`.thresholds`) or at a value it now draws -- a tie between exactly known operands
+(``where-gt-as-ge``), NaN reaching a maximum or a clamp (``maximum-drops-nan``,
+``clamp-min-drops-nan``), an elementwise group one element past MAX_BLOCK
+(``elementwise-grid-floor``), a row one column past it (``long-row-truncated``), a reduction grid
+one row past a program (``reduction-store-drops-program-offset``).
 """
 
 from __future__ import annotations
@@ -121,6 +128,56 @@ MUTANTS_SPEC: list[tuple[str, str, str, str, str, str]] = [
      '        src = loads[0]\n',
      "Only when the reduction shares a kernel with its producer: sum(relu(x)) computes "
      "sum(x).  A reduction-only kernel reads its input correctly."),
+    # -- reach: each needs a size past a threshold or a value the old strategy never drew ----
+    ("where-gt-as-ge",
+     "comparison strictness: a > b lowered as a >= b (wrong only on ties)",
+     "pytorch/pytorch#113014 (torch.gt differs under torch.compile on CPU, tied values); "
+     "pytorch/pytorch#95695 (torch.ge wrong under torch.compile)",
+     '    "where_gt": "tl.where({a} > {b}, {c}, {d})",\n',
+     '    "where_gt": "tl.where({a} >= {b}, {c}, {d})",\n',
+     "``where(a > b, c, d)`` picks ``c`` where ``a == b``.  Needs an exact tie between the "
+     "compared operands (equal inputs, one value compared with itself) and an oracle that "
+     "judges exactly known comparisons exactly."),
+    ("maximum-drops-nan",
+     "NaN propagation: elementwise maximum lowered to Triton's NaN-dropping tl.maximum",
+     "pytorch/torchdynamo#1572 ([inductor] maximum op does not respect nans); "
+     "pytorch/pytorch#93784, pytorch/pytorch#89612",
+     '    "maximum": "tl.where({a} != {a}, {a}, tl.where({a} > {b}, {a}, {b}))",\n',
+     '    "maximum": "tl.maximum({a}, {b})",\n',
+     "``maximum(NaN, x)`` returns ``x`` (torch: NaN).  Needs NaN reaching a fused maximum."),
+    ("clamp-min-drops-nan",
+     "NaN propagation: clamp's lower bound as tl.maximum, a NaN input becomes the bound",
+     "pytorch/pytorch#93784 (clamp_min doesn't propagate nans under inductor); "
+     "tracel-ai/burn#5718; tile-ai/tilelang#3024",
+     'CLAMP_MIN = "tl.where({a} < {lo}, {lo}, {a})"\n',
+     'CLAMP_MIN = "tl.maximum({a}, {lo})"\n',
+     "``clamp(NaN, lo, hi)`` returns ``lo`` (torch: NaN).  Needs NaN reaching a clamp with a "
+     "lower bound."),
+    ("elementwise-grid-floor",
+     "launch grid by floor division: the tail block of a long elementwise kernel never runs",
+     "pytorch/pytorch#195546 (grid too small: half the elements never written); "
+     "triton-lang/triton#7840 (cdiv fix)",
+     '                grid = (triton.cdiv(n, consts["BLOCK"]),)\n',
+     '                grid = (max(1, n // consts["BLOCK"]),)\n',
+     "Only past MAX_BLOCK elements (4096 under the interpreter) that are not a multiple of it: "
+     "the last partial block stays 0."),
+    ("long-row-truncated",
+     "reduction block capped without a loop: columns past the cap never reduced",
+     "pytorch/pytorch#162296 (persistent reduction RBLOCK capped at min(rnumel, 32768)); "
+     "pytorch/pytorch#193801 (persistent-reduction block vs emitted R0_BLOCK)",
+     '        block = next_pow2(n)\n',
+     '        block = min(MAX_BLOCK, next_pow2(n))\n',
+     "Only for rows longer than MAX_BLOCK (4096 under the interpreter): the tile covers the "
+     "first MAX_BLOCK columns of each row."),
+    ("reduction-store-drops-program-offset",
+     "reduction result stored at the tile's row index, not the program's: every program "
+     "writes rows 0..ROWS-1",
+     "bledden/triton-msl#5 (a 1-D store after a 2-D axis=1 reduce dropped the program "
+     "offset)",
+     '    "    tl.store(out_ptr + r1, acc, mask=r1 < R)",\n',
+     '    "    tl.store(out_ptr + r1 % ROWS, acc, mask=r1 < R)",\n',
+     "Only when a fused reduction needs more than one program (rows x next_pow2(n) past "
+     "MAX_BLOCK): later programs overwrite the first rows, the other rows stay 0."),
 ]
 
 
@@ -136,5 +193,7 @@ for _name, _cls, _cite, _old, _new, _text in MUTANTS_SPEC:
     MUTANTS.append(Mutant(_name, "fusing", _cls, _cite, _patch))
 
 FUSION_ONLY = ("fused-sub-mul-stale-temp", "fused-reduction-reads-input")
+REACH = ("where-gt-as-ge", "maximum-drops-nan", "clamp-min-drops-nan", "elementwise-grid-floor",
+         "long-row-truncated", "reduction-store-drops-program-offset")
 
-__all__ = ["FUSION_ONLY", "MUTANTS", "MUTANTS_SPEC"]
+__all__ = ["FUSION_ONLY", "MUTANTS", "MUTANTS_SPEC", "REACH"]

@@ -68,7 +68,7 @@ CLAMP_MAX = "tl.where({a} > {hi}, {hi}, {a})"
 
 #: pow with a scalar exponent: small integer powers by repeated multiplication, square roots.
 POW_TEMPLATES: dict[float, str] = {
-    0.0: "({a} * 0.0 + 1.0)",
+    0.0: "tl.where({a} == {a}, 1.0, 1.0)",  # x**0 is 1 for NaN and Inf too
     1.0: "({a})",
     2.0: "({a} * {a})",
     3.0: "({a} * {a} * {a})",
@@ -154,7 +154,7 @@ def next_pow2(n: int) -> int:
     return 1 << max(0, int(n) - 1).bit_length()
 
 
-def _dense_strides(shape: Sequence[int], full: Sequence[int]) -> list[int]:
+def _dense_strides(shape: Sequence[int], full: Sequence[int]) -> list[int]:  # pragma: no cover - called only by the permute-as-contiguous mutant
     """Strides of a contiguous tensor of ``shape`` right-aligned in ``full``; broadcast dims 0."""
     strides, step = [], 1
     shape = [1] * (len(full) - len(shape)) + list(shape)
@@ -164,7 +164,7 @@ def _dense_strides(shape: Sequence[int], full: Sequence[int]) -> list[int]:
     return list(reversed(strides))
 
 
-def _is_dense(t: Any) -> bool:
+def _is_dense(t: Any) -> bool:  # pragma: no cover - called only by the permute-as-contiguous mutant
     """Whether ``t`` covers its storage span exactly (contiguous in *some* dimension order)."""
     expected = 1
     for d in sorted(range(t.dim()), key=t.stride):
