@@ -18,9 +18,11 @@ from hypothesis import HealthCheck, Phase, find, given, settings
 from hypothesis import strategies as st
 
 from targets.scheduling import admission as adm
-from targets.scheduling.admission import (Basin, MeanPredictor, OraclePredictor,
-                                          QuantilePredictor, check_liveness, check_log,
-                                          make_admission, make_predictor)
+from targets.scheduling.admission import Basin, make_admission
+from targets.scheduling.admission_checks import check_liveness, check_log
+from targets.scheduling.admission_predictors import (MeanPredictor, OraclePredictor,
+                                                     QuantilePredictor, make_predictor,
+                                                     peak_blocks)
 
 SETTINGS = dict(deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 TOTAL_KV = 100
@@ -433,4 +435,4 @@ def test_predictors() -> None:
     zero.observe(0, 5)
     zero.observe(0, 2)
     assert zero.predict(0) == 2
-    assert adm.peak_blocks(33, 16) == 3 and adm.peak_blocks(32, 16) == 2
+    assert peak_blocks(33, 16) == 3 and peak_blocks(32, 16) == 2

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fuzzkit.target import Implementation, Target
+from fuzzkit.target import Implementation, Target, lazy
 from targets.scheduling import checks
 from targets.scheduling.workload import Request
 
@@ -54,14 +54,21 @@ def _optimized(inputs: dict[str, Any]) -> dict[str, Any]:
     return run_with(policies, routers, inputs, OptimizedKVMemory, OPTIMIZED_ADMISSIONS)
 
 
-def _strategy() -> Any:
+def _strategy(thresholds: tuple[Any, ...] = ()) -> Any:
     from targets.scheduling.strategies import inputs
 
-    return inputs()
+    return inputs(thresholds)
+
+
+def _events(inputs: dict[str, Any]) -> list[str]:
+    from targets.scheduling.workload_events import events
+
+    return events(inputs)
 
 
 def target() -> Target:
     """The ``scheduling`` target (entry point ``targets.scheduling:target``)."""
+    from targets.scheduling import thresholds
     from targets.scheduling.mutants import MUTANTS
     from targets.scheduling.properties import PROPERTIES
 
@@ -76,11 +83,22 @@ def target() -> Target:
             "optimized": Implementation(
                 "optimized", _optimized, backend="python",
                 description="heaps, a kinetic tournament for Fairway's response ratios, "
-                            "bisected hash ring"),
+                            "bisected hash ring",
+                thresholds=lazy("targets.scheduling.thresholds:optimized"),
+                sources=("targets.scheduling.policies.optimized",
+                         "targets.scheduling.routers.optimized")),
         },
         oracle=checks.oracle,
         properties=PROPERTIES,
         mutants=MUTANTS,
         reducible=("requests",),
         validate=checks.validate,
+        thresholds=thresholds.SIMULATOR,
+        sizes=thresholds.SIZES,
+        events=_events,
+        # the simulator and the layers both implementations run through (the session KV memory
+        # and the admission controllers hold the optimized LRU and controller classes too)
+        sources=("targets.scheduling.sim", "targets.scheduling.cache", "targets.scheduling.cost",
+                 "targets.scheduling.memory", "targets.scheduling.admission",
+                 "targets.scheduling.policies.base", "targets.scheduling.routers.base"),
     )

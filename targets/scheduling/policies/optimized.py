@@ -20,11 +20,18 @@ import math
 from collections import deque
 
 from .base import PrefillPolicy, Waiting
-from .reference import build, check_count, check_price, check_push
+from .reference import DEFAULT_FALLBACK, build, check_count, check_price, check_push
 
 # A certificate that never fails.  Only ever *compared* with int ticks (Python compares int and
 # float infinity exactly); no float arithmetic enters a decision.
 NEVER = math.inf
+
+#: Lazy indexes (the age deque, the lazy heaps) are rebuilt from their live entries once they hold
+#: more than ``2 * live + COMPACT_SLACK`` entries: the slack keeps small queues from rebuilding on
+#: every dispatch.  A size where the code changes path (:mod:`targets.scheduling.thresholds`).
+COMPACT_SLACK = 32
+#: Leaves a :class:`KineticTournament` starts with; the next insert doubles the tree (``_grow``).
+TOURNAMENT_LEAVES = 8
 
 
 # ------------------------------------------------------------------------------ structures
@@ -49,7 +56,7 @@ class _AgeOrder:
     def compact(self, age_of: dict[int, int]) -> None:
         """Drop dead entries once they dominate, so a starved oldest cannot make the deque grow
         with every push (amortized O(1): each entry is copied O(1) times)."""
-        if len(self._entries) > 2 * len(age_of) + 32:
+        if len(self._entries) > 2 * len(age_of) + COMPACT_SLACK:
             self._entries = deque(e for e in self._entries if age_of.get(e[1]) == e[0])
 
 
@@ -79,7 +86,7 @@ class _LazyHeap:
     def _compact(self) -> None:
         """Rebuild from the live keys when stale entries outnumber them: bounded memory and
         amortized O(log n) per operation."""
-        if len(self._heap) > 2 * len(self._key) + 32:
+        if len(self._heap) > 2 * len(self._key) + COMPACT_SLACK:
             self._heap = [(k, rid) for rid, k in self._key.items()]
             heapq.heapify(self._heap)
 
@@ -105,7 +112,7 @@ class KineticTournament:
     and reuses freed slots.
     """
 
-    def __init__(self, capacity: int = 8) -> None:
+    def __init__(self, capacity: int = TOURNAMENT_LEAVES) -> None:
         self._size = 2  # at least one internal node above the leaves
         while self._size < capacity:
             self._size *= 2
@@ -145,7 +152,7 @@ class KineticTournament:
         """Make the stored winners correct at tick ``now``.  Time is expected to be monotone; a
         step back (a caller outside the protocol) is handled by a full rebuild, so decisions
         still match the reference."""
-        if self._time is None or now < self._time:
+        if self._time is None or now < self._time:  # pragma: no cover - sim time is monotone
             self._time = now
             self._rebuild()
             return
@@ -265,7 +272,7 @@ class _IndexedQueue:
 
     def pop(self, now: int) -> int:
         """Remove and return the rid the policy prefills next at tick ``now``."""
-        if not self._records:
+        if not self._records:  # pragma: no cover - the simulator pops a non-empty queue
             raise IndexError("pop from an empty prefill queue")
         rid = self._choose(now)
         self._dispatch(rid)
@@ -310,7 +317,7 @@ class LpmPolicy(_IndexedQueue):
 
     name = "lpm"
 
-    def __init__(self, *, fallback_len: int | None = 128) -> None:
+    def __init__(self, *, fallback_len: int | None = DEFAULT_FALLBACK) -> None:
         check_count("fallback_len", fallback_len, allow_none=True)
         super().__init__()
         self.fallback_len = fallback_len

@@ -18,6 +18,9 @@ from fractions import Fraction
 
 from .base import PrefillPolicy, Waiting
 
+#: LPM's default queue length past which it serves FCFS (SGLang's 128).
+DEFAULT_FALLBACK = 128
+
 # ------------------------------------------------------------------------------ validation
 
 
@@ -138,7 +141,7 @@ class LpmPolicy(_ScanQueue):
 
     name = "lpm"
 
-    def __init__(self, *, fallback_len: int | None = 128) -> None:
+    def __init__(self, *, fallback_len: int | None = DEFAULT_FALLBACK) -> None:
         check_count("fallback_len", fallback_len, allow_none=True)
         super().__init__()
         self.fallback_len = fallback_len

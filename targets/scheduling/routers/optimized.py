@@ -82,7 +82,9 @@ class PrefixRouter(reference.RingRouter):
             if loads[instance] < cap:
                 return instance
             seen[instance] = 1
-        raise RuntimeError(f"no instance below capacity {cap} for loads {list(loads)}")
+        # unreachable: cap > mean load >= min load, so some instance is below the capacity
+        raise RuntimeError(  # pragma: no cover - cap > mean load >= min load
+            f"no instance below capacity {cap} for loads {list(loads)}")
 
 
 ROUTERS: dict[str, type] = {
