@@ -1,5 +1,5 @@
 """Scute decode cost: one ``scute_kernel`` launch over a batch mixing every adapter method vs the
-pure-LoRA baseline ``lora_kernel`` with the same number of adapters.
+pure-LoRA baseline ``lora_baseline.lora_kernel`` with the same number of adapters.
 
     OMP_NUM_THREADS=1 python benchmarks/scute.py [--k 4096] [--nout 4096] [--adapters 14]
         [--batches 16,64,256] [--ranks 8,16,64] [--dtype fp16]
@@ -44,7 +44,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import triton  # noqa: E402
 
-from targets.scute import kernels  # noqa: E402
+from targets.scute import kernels, lora_baseline  # noqa: E402
 
 CHECK_ROWS = 8
 DTYPES = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}
@@ -188,8 +188,8 @@ def main() -> int:
             x = torch.randn(batch, k, generator=torch.Generator().manual_seed(batch)
                             ).to(dtype).to(device)
             cases = {
-                "lora": (lambda: kernels.lora(x, w0, b0, slots, p_lora["A"], p_lora["B"], scale,
-                                              mode="decode"), p_lora),
+                "lora": (lambda: lora_baseline.lora(x, w0, b0, slots, p_lora["A"], p_lora["B"],
+                                                    scale, mode="decode"), p_lora),
                 "scute-lora": (lambda: kernels.scute(x, w0, b0, slots, p_lora, mode="decode"),
                                p_lora),
                 "scute-mixed": (lambda: kernels.scute(x, w0, b0, slots, p_mixed,

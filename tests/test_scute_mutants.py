@@ -64,6 +64,21 @@ def dora() -> dict[str, Any]:
     return {**lora(), "method": "dora", "magnitude": _f32(RNG.uniform(0.5, 2.0, 12))}
 
 
+def huge_row_case() -> dict[str, Any]:
+    """A DoRA slot over a W0 whose row 3 is scaled by 2^70 (|w| ~ 1e20: its float32 squares
+    overflow) and row 5 by 2^-90 (|w| ~ 1e-28: its float32 squares underflow) -- legal, the
+    float64 norm is fine."""
+    case = case_with([dora()])
+    w0 = case["w0"].copy()
+    w0[3] = np.ldexp(w0[3], 70)
+    w0[5] = np.ldexp(w0[5], -90)
+    case["w0"] = w0
+    case["adapters"][0]["magnitude"] = np.sqrt((w0.astype(np.float64) ** 2).sum(axis=1)
+                                               ).astype(np.float32)
+    assert checks.validate(case) is None
+    return case
+
+
 def ia3_kv(nout: int = 12) -> dict[str, Any]:
     return {"method": "ia3", "placement": "kv", "l": _f32(RNG.uniform(0.3, 1.7, nout))}
 
@@ -87,6 +102,7 @@ CASES: dict[str, tuple[dict[str, Any], str]] = {
     "boft-scale-on-bias": (case_with([boft()]), r"slot 0, boft"),
     "butterfly-perm-inverted": (case_with([boft(3)], dtype="float16"), r"slot 0, boft"),
     "fp16-shrink-buffer": (case_with([lora()]), r"slot 0, lora"),
+    "dora-norm-float32": (huge_row_case(), r"slot 0, dora"),
 }
 
 

@@ -16,6 +16,7 @@ peft = pytest.importorskip("peft")
 torch = pytest.importorskip("torch")
 
 from targets.scute import reference, slots, strategies  # noqa: E402
+from test_scute import forward64  # noqa: E402
 
 K, NOUT, KMAX, NMAX = 16, 12, 24, 20
 
@@ -149,7 +150,7 @@ def test_reference_matches_peft(kind: str) -> None:
         scale = np.abs(theirs).max() + 1.0
         assert np.abs(ours - theirs).max() <= 1e-10 * scale, kind
         # and the slot form agrees with both
-        np.testing.assert_allclose(slots.forward64(slots.pack(case)), theirs,
+        np.testing.assert_allclose(forward64(slots.pack(case)), theirs,
                                    rtol=0, atol=1e-10 * scale)
 
 

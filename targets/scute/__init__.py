@@ -25,6 +25,11 @@ unmerged, exact Cayley orthogonal.
 
 Implementations: ``triton`` (:mod:`.triton_impl`, one Scute kernel launch for the mixed batch)
 and ``torch`` (:mod:`.torch_impl`, Punica-style gather + batched matmuls).
+
+Reach: the kernel's tiles as launched in this mode (:mod:`.tiles`), the slot conversion's edges
+and torch's branches (:mod:`.sizes`) are declared thresholds; the strategy (:mod:`.strategies`)
+draws sizes at them and values from the whole contract (:mod:`.ranges`: nothing overflows its
+format), scaled to the range edge by :mod:`.fit`.
 """
 
 from __future__ import annotations
@@ -34,19 +39,20 @@ from typing import Optional
 
 from fuzzkit import triton_support
 from fuzzkit.target import Implementation, Target, lazy
-from targets.scute import checks, reference
+from targets.scute import checks, reference, sizes
 
 
+def _kernel_thresholds() -> tuple:
+    """The Scute kernel's tiles as launched in this mode (imports no torch/triton until asked)."""
+    from targets.scute import tiles
 
-
+    return tiles.thresholds()
 
 
 def _torch_unavailable() -> Optional[str]:
     if importlib.util.find_spec("torch") is None:
         return "torch is not installed (pip install torch)"
     return None
-
-
 
 
 def target() -> Target:
@@ -64,13 +70,18 @@ def target() -> Target:
             "triton": Implementation(
                 "triton", lazy("targets.scute.triton_impl:run"), backend="triton",
                 description="one Scute kernel launch for the mixed batch (bitwise batch "
-                            "invariant)",
+                            "invariant natively)",
                 unavailable=triton_support.unavailable_with("targets.scute.triton_impl"),
+                thresholds=_kernel_thresholds,
+                sources=("targets.scute.triton_impl", "targets.scute.kernels",
+                         "targets.scute.batching", "targets.scute.tiles"),
             ),
             "torch": Implementation(
                 "torch", lazy("targets.scute.torch_impl:run"), backend="torch",
                 description="Punica-style gather by slot + batched matmuls, fp32 shrink buffer",
                 unavailable=_torch_unavailable,
+                thresholds=sizes.TORCH_THRESHOLDS,
+                sources=("targets.scute.torch_impl",),
             ),
         },
         oracle=checks.oracle,
@@ -79,4 +90,7 @@ def target() -> Target:
         reducible=(("x", "token_adapter"),),  # token rows shrink together
         validate=checks.validate,
         localize=checks.localize,
+        thresholds=sizes.SHARED_THRESHOLDS,
+        sizes=sizes.SIZES,
+        sources=("targets.scute.slots",),
     )

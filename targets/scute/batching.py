@@ -32,7 +32,7 @@ import numpy as np
 def segments(token_slot: Any, block_m: int) -> tuple[np.ndarray, np.ndarray, np.ndarray,
                                                      np.ndarray]:
     """``(order, seg_start, seg_len, seg_slot)`` for the tokens' slots (see module doc)."""
-    if block_m < 1:
+    if block_m < 1:  # pragma: no cover - defensive: block_m comes from the tile configs (>= 1)
         raise ValueError(f"block_m must be >= 1, got {block_m}")
     slots = np.asarray(token_slot, dtype=np.int64).reshape(-1)
     order = np.argsort(slots, kind="stable")

@@ -17,7 +17,13 @@ elementwise within a forward-error bound derived from the arithmetic the slot fo
   base-only tokens.  x, W0, A, B and IA3's ff scale are exactly representable (validated), so
   they add nothing;
 * ``u_s·|y|``: the output rounded to the storage dtype;
-* ``floor``: underflow of those roundings (half the subnormal spacing, fp16 matters).
+* ``floor``: underflow, carried through what multiplies it (:func:`underflow_floor`: half the
+  subnormal spacing per rounding in float32 and float16, including the float32 roundings of s,
+  b, m, o; for bfloat16 the smallest normal per value read or stored -- the Triton interpreter
+  mis-converts bf16 subnormals, :func:`storage_eta`).
+
+The bound holds for cases inside the contract's range (:mod:`.ranges`, checked by
+:func:`validate`): every intermediate below half its format's largest value (3e4 for float16).
 
 ``u_s`` is 2^-24 (float32), 2^-11 (float16), 2^-7 (bfloat16: the Triton interpreter truncates
 f32->bf16 instead of rounding, a full ulp).  The comparison goes through
@@ -33,18 +39,20 @@ import numpy as np
 
 from fuzzkit.failure import Failure
 from oracles.close import close, gamma, smallest_normal
-from targets.scute import reference, slots
+from targets.scute import ranges, reference, slots
 
 DTYPES = ("float32", "float16", "bfloat16")
 U_ACC = 2.0 ** -24
 U_STORE = {"float32": 2.0 ** -24, "float16": 2.0 ** -11, "bfloat16": 2.0 ** -7}
 SIGNATURE = "mismatch:y:close"
-#: Largest |value| allowed anywhere in a float16 case's magnitudes (fp16 max is 65504).
-FP16_LIMIT = 3.0e4
+#: Largest |value| allowed anywhere in a float16 case's magnitudes (fp16 max is 65504); every
+#: dtype's limits are in :mod:`.ranges`.
+FP16_LIMIT = ranges.LIMIT_STORE["float16"]
 
 
 def _representable(a: np.ndarray, dtype: str) -> bool:
-    a = np.asarray(a, np.float32)
+    with np.errstate(over="ignore", invalid="ignore"):  # a value beyond float32 is not
+        a = np.asarray(a, np.float32)
     if dtype == "float32":
         return True
     if dtype == "float16":
@@ -54,10 +62,12 @@ def _representable(a: np.ndarray, dtype: str) -> bool:
 
 
 def round_to(a: Any, dtype: str) -> np.ndarray:
-    """Round float values to ``dtype`` (nearest even; bf16 on the float32 bits), as float32."""
-    a = np.asarray(a, np.float32)
-    if dtype == "float16":
-        return a.astype(np.float16).astype(np.float32)
+    """Round float values to ``dtype`` (nearest even; bf16 on the float32 bits), as float32
+    (values beyond the format become ±inf, which ``validate`` rejects)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        a = np.asarray(a, np.float32)
+        if dtype == "float16":
+            return a.astype(np.float16).astype(np.float32)
     if dtype == "bfloat16":
         bits = a.view(np.uint32).astype(np.uint64)
         bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
@@ -157,8 +167,11 @@ def _check_adapter(i: int, ad: Mapping[str, Any], k: int, nout: int, dtype: str)
     return None
 
 
-def validate(inputs: Mapping[str, Any]) -> Optional[str]:
-    """One line saying what is wrong with a case's inputs, or None."""
+def validate(inputs: Mapping[str, Any], conversion: Any = None) -> Optional[str]:
+    """One line saying what is wrong with a case's inputs, or None.  ``conversion``: the slot
+    conversion module to judge the slot parameters with (default :mod:`.slots`; the strategy
+    passes the unpatched copy, :func:`targets.scute.pristine.slots`)."""
+    conversion = slots if conversion is None else conversion
     for key in ("dtype", "x", "w0", "b0", "token_adapter", "adapters"):
         if key not in inputs:
             return f"scute inputs need key {key!r}"
@@ -193,18 +206,15 @@ def validate(inputs: Mapping[str, Any]) -> Optional[str]:
         if err:
             return err
     try:
-        packed = slots.pack(inputs)
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # judged below
+            packed = conversion.pack(inputs)
     except (FloatingPointError, np.linalg.LinAlgError, ValueError) as exc:
         return f"slot conversion failed: {exc}"
     for name in ("t_mat", "s", "b", "m", "o"):
         if not np.all(np.isfinite(getattr(packed, name))):
             return f"slot parameter {name} is not finite (e.g. a zero DoRA weight norm)"
-    if dtype == "float16":
-        mag = magnitude(packed)
-        ref = np.abs(reference.run(inputs)["y"])
-        if mag.max(initial=0.0) > FP16_LIMIT or ref.max(initial=0.0) > FP16_LIMIT:
-            return f"magnitudes above {FP16_LIMIT:g} would overflow float16"
-    return None
+    # every intermediate fits its format (float16: 3e4 as always; others: half the largest)
+    return ranges.violation(packed)
 
 
 def magnitude(packed: slots.Packed) -> np.ndarray:
@@ -227,20 +237,91 @@ def error_bound(packed: slots.Packed, ref_y: np.ndarray) -> np.ndarray:
     k = packed.w0.shape[1]
     r = packed.A.shape[1] if packed.A.ndim == 3 else 1
     u_s = U_STORE[packed.dtype]
-    half_sub = smallest_normal(packed.dtype) * u_s
     mag = magnitude(packed)
-    w_abs = np.abs(np.asarray(packed.w0, np.float64)).sum(axis=1)
-    s_abs = np.ones((len(packed.token_slot), w_abs.shape[0]))
-    for t, s in enumerate(np.asarray(packed.token_slot)):
-        if s >= 0:
-            s_abs[t] = np.abs(packed.s[s])
-    # storage roundings that multiply M, per token: none for T = I (x is representable), one for
-    # a diagonal T (x ⊙ l rounded; l is representable), two for block/dense T (T and x·T).
     ta = np.asarray(packed.token_slot)
     kinds = np.asarray(packed.t_kind)
+    # storage roundings that multiply M, per token: none for T = I (x is representable), one for
+    # a diagonal T (x ⊙ l rounded; l is representable), two for block/dense T (T and x·T).
     c = np.array([0 if s < 0 else min(int(kinds[s]), 2) for s in ta], np.float64)[:, None]
-    floor = half_sub * (np.minimum(c, 1.0) * w_abs[None, :] * s_abs + 1.0)
-    return ((gamma(2 * k + r + 8, U_ACC) + c * u_s) * mag + u_s * np.abs(ref_y) + floor)
+    return ((gamma(2 * k + r + 8, U_ACC) + c * u_s) * mag + u_s * np.abs(ref_y)
+            + underflow_floor(packed, c))
+
+
+#: Absolute error of one value held in (stored to or read from) the storage dtype when it is
+#: below the smallest normal: half the subnormal spacing for float32 / float16 (exact IEEE
+#: conversions); for bfloat16 the whole smallest normal -- the Triton interpreter's bf16 <->
+#: float32 conversion mis-converts subnormals (Triton 3.x ``_convert_float``: 1.10e-38 reads as
+#: 1.03e-38, 1.0e-39 as 4.4e-39), as flush-to-zero hardware would, and a GPU kernel is free to
+#: flush them, so a bf16 subnormal is only known to lie in the subnormal range.
+def storage_eta(dtype: str) -> float:
+    if dtype == "bfloat16":
+        return smallest_normal("bfloat16")
+    return smallest_normal(dtype) * U_STORE[dtype]
+
+
+def underflow_floor(packed: slots.Packed, c: np.ndarray) -> np.ndarray:
+    """The absolute part of the bound (Ntok, Nout): underflow, which no relative term covers.
+
+    Every rounding ``fl(v) = v(1 + δ) + η`` has an absolute part ``|η|`` that matters only below
+    the smallest normal: ``η = 2^-150`` in float32 (half the subnormal spacing) and
+    :func:`storage_eta` in the storage dtype; an ``η`` is carried through everything that
+    multiplies it afterwards (Higham §2.1).  Per token and output column ``j``:
+
+    * storage roundings: the output (``η_s``); ``x·T`` rounded (``η_s·Σ|W0_j|·|s_j|`` when T is
+      not the identity); T itself (block/dense: each entry, ``η_s·‖x‖₁·Σ|W0_j|·|s_j|``);
+    * bfloat16 reads (``η_s`` per operand read, see :func:`storage_eta`): every x, W0, A and B
+      entry, carried through the rest of its path -- the absolute-value slot form with that one
+      factor replaced by ``η_s``;
+    * float32: ``K`` products per element of ``x·T`` carried through ``W0`` and ``s``, ``K``
+      products of the base GEMM times ``s``, the ``·s`` itself; ``K`` products per shrink element
+      through ``m``, the ``⊙ m``, ``R`` expand products, all through ``o``, and the ``⊙ o``;
+    * the slot parameters ``s``, ``b``, ``m``, ``o`` rounded to float32 (a DoRA ``g`` of 1e-57
+      is 0 there, an ``o`` of 1e-40 a subnormal): ``η`` times what each multiplies.
+
+    Without it a legal case with tiny values (a DoRA ``g`` of 1e30 over a W0 row of 1e-30, a
+    VeRA ``λ_b`` near the float32 limit over a shrink that underflows) would cry wolf.
+    """
+    k = packed.w0.shape[1]
+    r = packed.A.shape[1] if packed.A.ndim == 3 else 1
+    eta_s = storage_eta(packed.dtype)
+    eta_read = eta_s if packed.dtype == "bfloat16" else 0.0
+    eta = smallest_normal("float32") * U_ACC
+    x_abs = np.abs(np.asarray(packed.x, np.float64))
+    w0_abs = np.abs(np.asarray(packed.w0, np.float64))
+    w_abs = w0_abs.sum(axis=1)
+    x1 = x_abs.sum(axis=1)
+    ta = np.asarray(packed.token_slot)
+    ntok, nout = len(ta), w_abs.shape[0]
+    s_abs = np.ones((ntok, nout))
+    low = np.zeros((ntok, nout))
+    read = np.zeros((ntok, nout))
+    params = np.zeros((ntok, nout))
+    for t, s in enumerate(ta):
+        if s < 0:
+            read[t] = w_abs + x1[t]  # x and W0 entries read
+            continue
+        s_abs[t] = np.abs(packed.s[s])
+        m_abs = np.abs(packed.m[s])
+        b_abs = np.abs(packed.B[s])
+        a_abs = np.abs(packed.A[s])
+        o_abs = np.abs(packed.o[s])
+        m_max = float(np.max(m_abs, initial=0.0))
+        low[t] = o_abs * ((k * m_max + 1.0) * b_abs.sum(axis=1) + r) + 1.0
+        shrink = a_abs @ x_abs[t]
+        xt = (x_abs[t] * np.abs(packed.t_diag[s])) @ np.abs(packed.t_mat[s])
+        # rounding s, b, m, o to float32: η times |x·T·W0ᵀ|, 1, |B|(|x·Aᵀ|)·|o|, |B|(|x·Aᵀ||m|)
+        params[t] = w0_abs @ xt + 1.0 + o_abs * (b_abs @ shrink) + b_abs @ (shrink * m_abs)
+        if eta_read:
+            t_abs = np.abs(packed.t_diag[s])[:, None] * np.abs(packed.t_mat[s])
+            base = w0_abs @ t_abs.sum(axis=0) + float(np.sum(x_abs[t] @ t_abs))
+            lowr = b_abs @ (m_abs * a_abs.sum(axis=1)) + x1[t] * (b_abs @ m_abs) \
+                + float(np.sum((a_abs @ x_abs[t]) * m_abs))
+            read[t] = s_abs[t] * base + o_abs * lowr
+    transformed = np.minimum(c, 1.0) * w_abs[None, :]
+    storage = eta_s * (1.0 + (np.minimum(c, 1.0) + (c >= 2) * x1[:, None]) * w_abs[None, :]
+                       * s_abs)
+    accumulate = eta * (s_abs * (k * (1.0 + transformed) + 1.0) + 2.0 + low + params)
+    return storage + eta_read * read + accumulate
 
 
 def _method(inputs: Mapping[str, Any], slot: int) -> str:

@@ -5,8 +5,10 @@ replaced (quoted in each docstring), compiled as a real Triton kernel -- nativel
 ``TRITON_INTERPRET=1`` without one -- and installed as ``kernels.scute_kernel``, which the
 launcher looks up at call time (:mod:`fuzzkit.kernel_mutation`: an anchor line that no longer
 occurs exactly once raises ``RuntimeError`` instead of silently testing the clean kernel).  The
-``segment-off-by-one`` mutant patches :func:`targets.scute.batching.segments` instead (the host
-side of the SGMV metadata), which the launcher also looks up at call time.
+``segment-off-by-one`` and ``tile-remainder-zero`` mutants patch
+:func:`targets.scute.batching.segments` instead (the host side of the SGMV metadata), and
+``block-r-capped`` patches :func:`targets.scute.kernels.block_r`; the launcher looks both up at
+call time.
 
 They act on the ``triton`` implementation of the ``scute`` target; ``targets.scute.mutants``
 wires them with ``fuzzkit.kernel_mutation.device_mutants("targets.scute.kernel_mutants")``.
@@ -190,6 +192,121 @@ def segment_off_by_one() -> Iterator[None]:
         yield
 
 
+@contextlib.contextmanager
+def transform_block_unaligned() -> Iterator[None]:
+    """The rows of ``T`` that a K chunk reads start at the chunk (``lo = k0``) instead of at the
+    first transform block the chunk overlaps: the kernel assumes block boundaries fall on
+    ``BLOCK_K`` boundaries.
+
+    Bug class: a block-structured operand assumed aligned to the kernel tile -- block-sparse /
+    block-diagonal kernels written for block sizes that divide the tile (triton-lang/triton#630,
+    GEMM wrong when K is not a multiple of the tile; PEFT's OFT/BOFT block sizes are any
+    divisor of the layer width, e.g. 12 or 24 next to a 16 / 64 tile).  Invisible unless K spans
+    more than one chunk *and* a block straddles a chunk start (block size not dividing
+    ``BLOCK_K``, or wider than it): with K <= BLOCK_K every chunk starts at 0.
+
+    ``lo = k0``
+    """
+    with _swap("transform-block-unaligned",
+               ("            lo = (k0 // span) * span\n", "            lo = k0\n")):
+        yield
+
+
+@contextlib.contextmanager
+def epilogue_column_offset() -> Iterator[None]:
+    """The per-column output scale ``s`` is loaded at the in-tile column ``tl.arange(0,
+    BLOCK_N)`` instead of the program's global columns ``offs_n``: every column program reads
+    the first ``BLOCK_N`` scales.
+
+    Bug class: a per-output-feature vector indexed without the program's ``pid_n * BLOCK_N``
+    offset (vllm-project/vllm#13110: the sgmv expand kernels' column-tile bound on ``pid_n *
+    BLOCK_N`` was wrong; per-slice ``slice_offset`` handling of packed QKV outputs).  Invisible
+    unless Nout > BLOCK_N *and* a slot's scale varies across features (DoRA ``g``, BOFT
+    ``boft_s``, IA3 k/v ``l``) -- a single column program reads the right values.
+
+    ``sv = tl.where(use, tl.load(s_ptr + sl * N + tl.arange(0, BLOCK_N), ...``
+    """
+    with _swap("epilogue-column-offset",
+               ("    sv = tl.where(use, tl.load(s_ptr + sl * N + offs_n, mask=live_n, other=1.0), "
+                "1.0)\n",
+                "    sv = tl.where(use, tl.load(s_ptr + sl * N + tl.arange(0, BLOCK_N), "
+                "mask=live_n, other=1.0), 1.0)\n")):
+        yield
+
+
+@contextlib.contextmanager
+def shrink_accumulator_reset() -> Iterator[None]:
+    """The shrink accumulator is re-initialised in every K step (``acc_r = x_k . A_k^T`` instead
+    of ``acc_r += ...``): only the last K chunk reaches the expand.
+
+    Bug class: a loop-carried accumulator restarted inside the K loop -- the dot of the last
+    chunk overwrites the partial sums (sgl-project/sglang#27087 collapsed the LoRA K loop into a
+    single block, which is only right while the reduction fits one; triton-lang/triton#10821:
+    K-loop accumulator chains computed wrongly).  Invisible while K <= BLOCK_K (one step) or a
+    batch has no low-rank slot.
+
+    ``acc_r = _dot(xk, ak, tl.zeros((BLOCK_M, BLOCK_R), dtype=tl.float32), DOT_F32)``
+    """
+    with _swap("shrink-accumulator-reset",
+               ("            acc_r = _dot(xk, ak, acc_r, DOT_F32)\n",
+                "            acc_r = _dot(xk, ak, tl.zeros((BLOCK_M, BLOCK_R), dtype=tl.float32), "
+                "DOT_F32)\n")):
+        yield
+
+
+@contextlib.contextmanager
+def tile_remainder_zero() -> Iterator[None]:
+    """Host-side SGMV metadata: the last tile of a slot's run gets ``count % BLOCK_M`` rows --
+    zero when the run is an exact multiple of ``BLOCK_M``, so its last full tile is never
+    computed and those tokens keep the launcher's zero fill.
+
+    Bug class: the tail of a tiled loop computed as ``n % tile`` (herumi/msoffice#5: "when the
+    data size is a multiple of blockSize, the last block size is 0"; vllm-project/vllm#13110:
+    ``pid_m * BLOCK_M > M`` tile bounds wrong exactly at multiples of ``BLOCK_M`` in the sgmv
+    kernels).  Invisible unless some slot (or the base-only tokens) has exactly ``BLOCK_M``,
+    ``2 * BLOCK_M``, ... tokens.
+
+    Patched (``batching.segments``): the last tile of every run gets ``run_length % block_m``.
+    """
+    from targets.scute import batching
+
+    original = batching.segments
+
+    def remainder(token_slot: Any, block_m: int) -> tuple[np.ndarray, ...]:
+        order, start, length, slot = original(token_slot, block_m)
+        length = length.copy()
+        run_total = 0
+        for i in range(len(length)):
+            run_total += int(length[i])
+            if i + 1 == len(length) or slot[i + 1] != slot[i]:
+                length[i] = run_total % block_m
+                run_total = 0
+        return order, start, length, slot
+
+    with mock.patch.object(batching, "segments", remainder):
+        yield
+
+
+@contextlib.contextmanager
+def block_r_capped() -> Iterator[None]:
+    """The launcher sizes the shrink buffer for the smallest supported rank: ``BLOCK_R`` is the
+    mode's minimum whatever the adapters' rank, so the ranks past it are masked off
+    (``live_r = offs_r < R`` never sees them).
+
+    Bug class: a LoRA kernel compiled for a fixed maximum rank (predibase/lorax#70: the SGMV
+    shrink gave erroneous output for ranks such as 32; lorax#256 pads ranks to what the kernel
+    supports; punica-ai/punica#53: different ranks padded to the largest *supported*).
+    Invisible unless the largest rank in the batch exceeds the minimum ``BLOCK_R`` (16 on a GPU,
+    4 under the interpreter).
+
+    Patched (``kernels.block_r``): ``lambda rank: tiles.block_r_min()``.
+    """
+    from targets.scute import kernels, tiles
+
+    with mock.patch.object(kernels, "block_r", lambda rank: tiles.block_r_min()):
+        yield
+
+
 #: name -> (context manager, one-line bug class, citation).
 KERNEL_MUTANTS: dict[str, tuple[Callable[[], ContextManager[None]], str, str]] = {
     "wrong-adapter-gather": (
@@ -226,6 +343,29 @@ KERNEL_MUTANTS: dict[str, tuple[Callable[[], ContextManager[None]], str, str]] =
         segment_off_by_one,
         "SGMV segment boundary off by one: each segment's last token is never computed",
         "sgl-project/sglang#28371 (stale segment metadata); vllm-project/vllm#15979"),
+    "transform-block-unaligned": (
+        transform_block_unaligned,
+        "block-diagonal transform rows assumed aligned to the K tile (lo = k0)",
+        "triton-lang/triton#630 (tile-alignment assumptions); PEFT OFT/BOFT block sizes are any "
+        "divisor of the width"),
+    "epilogue-column-offset": (
+        epilogue_column_offset,
+        "per-column scale s loaded without the column program's pid_n * BLOCK_N offset",
+        "vllm-project/vllm#13110 (sgmv expand column-tile bounds)"),
+    "shrink-accumulator-reset": (
+        shrink_accumulator_reset,
+        "shrink accumulator restarted in every K step: only the last chunk reaches the expand",
+        "sgl-project/sglang#27087 (LoRA K loop collapsed to one block); "
+        "triton-lang/triton#10821"),
+    "tile-remainder-zero": (
+        tile_remainder_zero,
+        "last tile of a slot's run gets count % BLOCK_M rows: 0 for an exact multiple",
+        "herumi/msoffice#5 (last block size 0 at a multiple); vllm-project/vllm#13110"),
+    "block-r-capped": (
+        block_r_capped,
+        "shrink buffer sized for the minimum rank: ranks above BLOCK_R's minimum are dropped",
+        "predibase/lorax#70 and #256 (SGMV wrong/unsupported for some ranks); "
+        "punica-ai/punica#53"),
 }
 
 __all__ = ["KERNEL_MUTANTS"] + [cm.__name__ for cm, _, _ in KERNEL_MUTANTS.values()]

@@ -7,7 +7,6 @@ different methods (LoRA, DoRA, VeRA, OFT, BOFT, IA3) in the slot form of COMPONE
 Launchers take torch tensors on :func:`fuzzkit.triton_support.device`::
 
     scute(x, w0, b0, token_slot, params, mode=...)        -> [Ntok, Nout] storage dtype
-    lora(x, w0, b0, token_slot, A, B, scale, mode=...)    -> [Ntok, Nout] storage dtype
     slot_tensors(packed, dtype, device)                   -> params dict for :func:`scute`
 
 Batching (:mod:`targets.scute.batching`, Punica SGMV / vLLM style): tokens are stably sorted by
@@ -46,15 +45,23 @@ accumulation.  The interpreter's float32 -> bfloat16 cast truncates instead of r
 
 Batch invariance: a token's output depends only on its own row, its slot and the tile shape,
 which is fixed per ``mode`` -- never on how many batch mates share its tile or where it sits in
-it.  No atomics, no split-K: bitwise batch invariant.
+it.  No atomics, no split-K, a fixed per-program order: natively on a GPU the kernel is bitwise
+batch invariant.  Under the interpreter it is not: ``tl.dot`` there is NumPy's float32 matmul,
+and OpenBLAS computes a row with a different micro-kernel (and summation order) depending on the
+row's position in its register blocks (Haswell and Zen kernels, for instance) -- moving a token
+within its tile can change its last bits.  :mod:`.triton_impl` claims bitwise invariance only
+natively.
 
-Launch configs (no ``@triton.autotune``: it needs a GPU driver; picked by hand): ``decode`` --
-one token per request, tiles are per-adapter runs of single-token requests -- ``BLOCK_M = 16``;
-``prefill`` -- long runs of one adapter -- ``BLOCK_M = 64`` on a GPU (32 under the interpreter).
-``block_m`` / ``block_n`` / ``block_k`` override (tests force many tiles).
+Launch configs (no ``@triton.autotune``: it needs a GPU driver; picked by hand) live in
+:mod:`.tiles`, per mode: ``decode`` -- one token per request, tiles are per-adapter runs of
+single-token requests -- ``BLOCK_M = 16``; ``prefill`` -- long runs of one adapter -- ``BLOCK_M
+= 64``; ``BLOCK_N = BLOCK_K = 64``; the shrink buffer ``BLOCK_R = max(16, next_pow2(R))``.
+Under the interpreter the same kernel is launched with small tiles (``BLOCK_M`` 8 / 16,
+``BLOCK_N = BLOCK_K = 32``, ``BLOCK_R >= 4``) so that cheap cases take every loop's second step;
+:func:`targets.scute.tiles.thresholds` declares them.  ``block_m`` / ``block_n`` / ``block_k``
+override (tests force many tiles).
 
-``lora_kernel`` is the same structure for pure LoRA (``y = x.W0^T + b0 + scale * (x.A^T).B^T``):
-the performance baseline of ``benchmarks/scute.py``.
+The pure-LoRA baseline of ``benchmarks/scute.py`` (same structure) is in :mod:`.lora_baseline`.
 """
 
 from __future__ import annotations
@@ -71,14 +78,9 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-from targets.scute import batching  # noqa: E402
+from targets.scute import batching, tiles  # noqa: E402
+from targets.scute.tiles import CONFIGS_GPU, CONFIGS_INTERPRETED  # noqa: E402,F401
 
-# ----------------------------------------------------------------------------- tile configs
-
-#: mode -> (BLOCK_M, BLOCK_N, BLOCK_K) natively on a GPU.
-CONFIGS_GPU = {"decode": (16, 64, 64), "prefill": (64, 64, 64)}
-#: mode -> (BLOCK_M, BLOCK_N, BLOCK_K) under the interpreter (each program costs milliseconds).
-CONFIGS_INTERPRETED = {"decode": (16, 64, 64), "prefill": (32, 64, 64)}
 NUM_WARPS = 4
 
 TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -95,9 +97,9 @@ def _next_pow2(n: int) -> int:
 @triton.jit
 def _dot(a, b, acc, DOT_F32: tl.constexpr):
     """``acc + a . b`` with float32 accumulation (operands widened when ``DOT_F32``)."""
-    if DOT_F32:
+    if DOT_F32:  # pragma: no branch - always True under the interpreter (see _dot_f32)
         out = tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
-    else:
+    else:  # pragma: no cover - only on a GPU: native fp16/bf16 MMA, float32 accumulation
         out = tl.dot(a, b, acc)
     return out
 
@@ -187,75 +189,26 @@ def scute_kernel(
              y.to(out_ptr.dtype.element_ty), mask=live_m[:, None] & live_n[None, :])
 
 
-@triton.jit
-def lora_kernel(
-    x_ptr, w0_ptr, b0_ptr, out_ptr,
-    order_ptr, seg_start_ptr, seg_len_ptr, seg_slot_ptr,
-    a_ptr, bb_ptr, scale_ptr,
-    K, N, R,
-    stride_x, stride_w, stride_o,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    BLOCK_R: tl.constexpr, DOT_F32: tl.constexpr,
-):
-    """Pure-LoRA baseline, same tiling: ``x.W0^T + b0 + scale * (x.A^T).B^T`` (slot -1: base)."""
-    pid_m = tl.program_id(0)
-    pid_n = tl.program_id(1)
-    start = tl.load(seg_start_ptr + pid_m)
-    length = tl.load(seg_len_ptr + pid_m)
-    slot = tl.load(seg_slot_ptr + pid_m)
-    use = slot >= 0
-    sl = tl.maximum(slot, 0).to(tl.int64)
-
-    rows = tl.arange(0, BLOCK_M)
-    live_m = rows < length
-    tok = tl.load(order_ptr + start + rows, mask=live_m, other=0).to(tl.int64)
-    x_rows = x_ptr + tok * stride_x
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    live_n = offs_n < N
-    offs_r = tl.arange(0, BLOCK_R)
-    live_r = offs_r < R
-    a_base = a_ptr + sl * R * K
-
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    acc_r = tl.zeros((BLOCK_M, BLOCK_R), dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
-        offs_k = k0 + tl.arange(0, BLOCK_K)
-        live_k = offs_k < K
-        xk = tl.load(x_rows[:, None] + offs_k[None, :], mask=live_m[:, None] & live_k[None, :],
-                     other=0.0)
-        wk = tl.load(w0_ptr + offs_n[None, :] * stride_w + offs_k[:, None],
-                     mask=live_k[:, None] & live_n[None, :], other=0.0)
-        acc = _dot(xk, wk, acc, DOT_F32)
-        if use:
-            ak = tl.load(a_base + offs_r[None, :] * K + offs_k[:, None],
-                         mask=live_k[:, None] & live_r[None, :], other=0.0)
-            acc_r = _dot(xk, ak, acc_r, DOT_F32)
-
-    y = acc + tl.load(b0_ptr + offs_n, mask=live_n, other=0.0)[None, :]
-    if use:
-        bt = tl.load(bb_ptr + sl * N * R + offs_n[None, :] * R + offs_r[:, None],
-                     mask=live_r[:, None] & live_n[None, :], other=0.0)
-        lo_rank = tl.dot(acc_r, bt.to(tl.float32), input_precision="ieee")
-        y += lo_rank * tl.load(scale_ptr + sl)
-    tl.store(out_ptr + tok[:, None] * stride_o + offs_n[None, :],
-             y.to(out_ptr.dtype.element_ty), mask=live_m[:, None] & live_n[None, :])
-
-
 # ----------------------------------------------------------------------------- launchers
 
 
 def _require(condition: bool, message: str) -> None:
     if not condition:
-        raise ValueError(message)
+        raise ValueError(message)  # pragma: no cover - defensive: triton_impl passes valid args
 
 
 def configs(mode: str, block_m: Optional[int] = None, block_n: Optional[int] = None,
             block_k: Optional[int] = None) -> tuple[int, int, int]:
     """``(BLOCK_M, BLOCK_N, BLOCK_K)`` of ``mode`` ("decode" / "prefill"), with overrides."""
     _require(mode in CONFIGS_GPU, f"mode must be 'decode' or 'prefill', got {mode!r}")
-    table = CONFIGS_INTERPRETED if triton_support.interpreted() else CONFIGS_GPU
-    bm, bn, bk = table[mode]
+    bm, bn, bk = tiles.configs_table()[mode]
     return block_m or bm, block_n or bn, block_k or bk
+
+
+def block_r(rank: int) -> int:
+    """Shrink-buffer width ``BLOCK_R`` for a padded rank ``R``: the next power of two, at least
+    the mode's minimum (:data:`targets.scute.tiles.BLOCK_R_MIN_GPU` natively)."""
+    return max(tiles.block_r_min(), _next_pow2(rank))
 
 
 def _segments(token_slot: Any, block_m: int, device: Any) -> tuple[torch.Tensor, ...]:
@@ -345,7 +298,7 @@ def scute(x: torch.Tensor, w0: torch.Tensor, b0: torch.Tensor, token_slot: Any,
         _require(params[name].shape == (s_count, nout), f"{name} must be (S, Nout)")
     # zero fill: a row no tile covers (a segmentation bug) reads 0, deterministically
     out = torch.zeros((ntok, nout), dtype=x.dtype, device=x.device)
-    if ntok == 0 or nout == 0:
+    if ntok == 0 or nout == 0:  # pragma: no cover - defensive: validate() needs Ntok, Nout >= 1
         return out
     ts = np.asarray(token_slot.detach().cpu() if isinstance(token_slot, torch.Tensor)
                     else token_slot).astype(np.int64)
@@ -365,40 +318,11 @@ def scute(x: torch.Tensor, w0: torch.Tensor, b0: torch.Tensor, token_slot: Any,
         params["s"], params["b"], params["rank"], params["A"], params["m"], params["B"],
         params["o"],
         k, nout, r, x.stride(0), w0.stride(0), out.stride(0),
-        BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, BLOCK_R=max(16, _next_pow2(r)),
+        BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, BLOCK_R=block_r(r),
         DOT_F32=_dot_f32(x.dtype), num_warps=NUM_WARPS,
     )
     return out
 
 
-def lora(x: torch.Tensor, w0: torch.Tensor, b0: torch.Tensor, token_slot: Any,
-         a: torch.Tensor, b: torch.Tensor, scale: torch.Tensor, *, mode: str = "decode",
-         block_m: Optional[int] = None, block_n: Optional[int] = None,
-         block_k: Optional[int] = None) -> torch.Tensor:
-    """Storage-dtype ``[Ntok, Nout]``: ``x.W0^T + b0 + scale[slot] * (x.A[slot]^T).B[slot]^T``
-    (``A`` (S, R, K), ``B`` (S, Nout, R) storage dtype, ``scale`` (S,) float32; slot -1: base)."""
-    ntok, k, nout = _check_base(x, w0, b0)
-    s_count, r = a.shape[0], a.shape[1]
-    _require(s_count >= 1, "lora needs at least one adapter slot")
-    _require(a.shape == (s_count, r, k) and a.dtype == x.dtype and a.is_contiguous(),
-             "A must be contiguous (S, R, K) in the storage dtype")
-    _require(b.shape == (s_count, nout, r) and b.dtype == x.dtype and b.is_contiguous(),
-             "B must be contiguous (S, Nout, R) in the storage dtype")
-    _require(scale.shape == (s_count,) and scale.dtype == torch.float32, "scale: float32 (S,)")
-    out = torch.empty((ntok, nout), dtype=x.dtype, device=x.device)
-    if ntok == 0 or nout == 0:
-        return out
-    bm, bn, bk = configs(mode, block_m, block_n, block_k)
-    order, start, length, slot, _ = _segments(token_slot, bm, x.device)
-    grid = (int(start.shape[0]), triton.cdiv(nout, bn))
-    lora_kernel[grid](
-        x, w0, b0, out, order, start, length, slot, a, b, scale,
-        k, nout, r, x.stride(0), w0.stride(0), out.stride(0),
-        BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, BLOCK_R=max(16, _next_pow2(r)),
-        DOT_F32=_dot_f32(x.dtype), num_warps=NUM_WARPS,
-    )
-    return out
-
-
-__all__ = ["scute_kernel", "lora_kernel", "scute", "lora", "slot_tensors", "configs",
-           "PARAMS", "TORCH_DTYPES", "CONFIGS_GPU", "CONFIGS_INTERPRETED"]
+__all__ = ["scute_kernel", "scute", "slot_tensors", "configs", "block_r", "PARAMS",
+           "TORCH_DTYPES", "CONFIGS_GPU", "CONFIGS_INTERPRETED"]

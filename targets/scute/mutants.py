@@ -50,6 +50,15 @@ def _column_norms(w: np.ndarray) -> np.ndarray:
     return np.resize(np.sqrt(np.sum(w * w, axis=0)), w.shape[0])
 
 
+def _float32_norms(w: np.ndarray) -> np.ndarray:
+    """DoRA's weight norm computed in float32, the plain way (``sqrt(sum(w*w))``, no scaling):
+    squares of |w| > 1.8e19 overflow to inf (g = 0: the base path vanishes) and squares below
+    ~1e-23 underflow (g blows up) -- exact to float32 rounding for every ordinary row."""
+    w32 = np.asarray(w, np.float32)
+    with np.errstate(over="ignore", under="ignore"):
+        return np.sqrt(np.sum(w32 * w32, axis=1, dtype=np.float32)).astype(np.float64)
+
+
 def _alpha_twice(adapter: Any) -> float:
     """alpha/r already folded into B at load time and applied again by the layer."""
     return _LORA_SCALE(adapter) ** 2
@@ -162,6 +171,12 @@ MUTANTS: tuple[Mutant, ...] = (
            "PEFT DoRA get_weight_norm with fan_in_fan_out / transposed weights: the norm must "
            "run over the input features of each output row",
            _patch(slots, "row_norms", _column_norms)),
+    Mutant("dora-norm-float32", "torch",
+           "DoRA weight norm ||W0 + sBA||_row computed in float32 without scaling: squares "
+           "overflow for huge rows and underflow for tiny ones",
+           "huggingface/peft#2049 and #3237 (DoRA inf/NaN from zero or near-zero weight rows, "
+           "fp32 upcast of get_weight_norm); torch.linalg.norm sums plain squares",
+           _patch(slots, "row_norms", _float32_norms)),
     Mutant("alpha-applied-twice", "torch",
            "LoRA scaling alpha/r applied twice",
            "vLLM folds the LoRA scaling into B at load time; a layer that multiplies by "
