@@ -53,10 +53,22 @@ def test_state_dependent_regression_replays_its_sequence_in_a_fresh_process(path
         assert zygote.run(list(range(len(sequence.steps)))) is None
 
 
+def _native_kernels() -> bool:
+    from fuzzkit import triton_support
+
+    triton_support.prepare()
+    return not triton_support.interpreted()
+
+
 @pytest.mark.parametrize("path", [p for p in FROM_MUTANTS if not _state_dependent(p)],
                          ids=lambda p: f"{p.parent.parent.name}/{p.stem}")
 def test_regression_still_catches_its_mutant(path: Path) -> None:
     case = casefile.load(path)
+    if case.origin.startswith("mutant:kernel-") and _native_kernels():
+        # Kernel regressions were shrunk against the interpreter's small tiles (a K of 33
+        # crosses a 32-wide tile there, not the GPU's 64): natively the case still passes on
+        # the real kernel (the plugin replays it), but need not reach the mutated tile path.
+        pytest.skip("kernel mutant regression shrunk against the interpreter's tiles")
     target = get_target(case.target)
     impl = target.implementation(case.implementation)
     mutant = target.mutant(case.origin.removeprefix("mutant:"))
