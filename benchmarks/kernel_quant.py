@@ -77,9 +77,10 @@ def main() -> None:
     device = triton_support.device()
     mode = ("Triton interpreter (TRITON_INTERPRET=1, CPU) -- kernel figures measure the "
             "interpreter" if interpreted else f"native CUDA ({torch.cuda.get_device_name()})")
+    tiles = kernels.tile_configs.current()
     print(f"mode: {mode}")
     print(f"shape: m={args.m} queries x n={args.n} vectors x D={args.dim}, turbo{args.bits}, "
-          f"blocks {kernels.BLOCK_M}x{kernels.BLOCK_N}x{kernels.BLOCK_D}")
+          f"blocks {tiles.block_m}x{tiles.block_n}x{tiles.block_d} (as launched in this mode)")
 
     rng = np.random.default_rng(0)
     book = reference.codebook("lloyd_max", args.bits)
@@ -105,7 +106,7 @@ def main() -> None:
     t_torch = timed(lambda: (q_t @ decoded.T) * s_t, sync)
 
     # Cross-check once so a fast but wrong kernel is not celebrated.
-    got = kernels.launch(ops).cpu().numpy()
+    got = kernels.launch(ops, kernels.empty_scores(ops)).cpu().numpy()
     want = ((q_t @ decoded.T) * s_t).cpu().numpy()
     worst = float(np.abs(got - want).max() / max(np.abs(want).max(), 1e-30))
 

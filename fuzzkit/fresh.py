@@ -149,34 +149,52 @@ class FreshConfirmer:
     def __init__(self, ctx: FreshContext) -> None:
         self.ctx = ctx
 
-    def __call__(self, case: Case, history: Sequence[dict[str, Any]]
+    def __call__(self, case: Case, history: Sequence[dict[str, Any]],
+                 first: Optional[tuple[dict[str, Any], Sequence[dict[str, Any]]]] = None
                  ) -> tuple[Case, Optional[CaseSequence]]:
-        return self.confirm(case, history)
+        return self.confirm(case, history, first)
 
-    def confirm(self, case: Case, history: Sequence[dict[str, Any]]
+    def confirm(self, case: Case, history: Sequence[dict[str, Any]],
+                first: Optional[tuple[dict[str, Any], Sequence[dict[str, Any]]]] = None
                 ) -> tuple[Case, Optional[CaseSequence]]:
+        """``history``: the cases that ran before ``case`` in the fuzzing run; ``first``: the
+        ``(inputs, history)`` of the signature's first occurrence, before shrinking.
+
+        Candidates, in order: the case alone (reproducible); the recorded history, then the
+        case; the first occurrence's history, then the case; the first occurrence's history,
+        then the *unshrunk* case (shrinking a state-dependent bug in one process can keep a
+        case whose failure came from the shrinker's own attempts) -- the first sequence that
+        fails the same way is cut by ddmin, and its last case becomes the finding's case."""
         failure = case.failure
         if failure is None or failure.kind in ("timeout", "oom") or (
                 failure.kind == "crash" and failure.signature.startswith("crash:signal:")):
             return case, None  # re-running a hang or a crash of the process proves nothing more
-        steps = [*history, case.inputs]
-        last = len(steps) - 1
+        first_inputs, first_history = first if first is not None else (case.inputs, history)
+        steps = [*history, case.inputs, *first_history, first_inputs]
+        at_case, at_first = len(history), len(steps) - 1
+        own = list(range(len(history)))
+        origin = list(range(len(history) + 1, at_first))
+        candidates = [(own, at_case), (origin, at_case), (origin, at_first)]
         signature = failure.signature
         try:
             with Zygote(self.ctx, steps) as zygote:
-                alone = zygote.run([last])
+                alone = zygote.run([at_case])
                 if alone is not None:
                     note = ("reproduced" if _same(alone, signature)
                             else f"failed differently: {alone.signature}")
                     return _with_details(case, fresh_process=note), None
-                whole = zygote.run(list(range(len(steps))))
-                if not _same(whole, signature):
+                for before, last in candidates:
+                    if before and _same(zygote.run([*before, last]), signature):
+                        break
+                else:
                     return _state_dependent(case, None, len(history)), None
-                kept = _minimize(zygote, list(range(last)), last, signature, self.ctx)
+                kept = _minimize(zygote, before, last, signature, self.ctx)
         except FreshProcessError as exc:
             return _with_details(case, fresh_process=f"not confirmed: {exc}"[:300]), None
+        if last != at_case:
+            case = dataclasses.replace(case, inputs=steps[last])
         sequence = CaseSequence(case.target, case.implementation,
-                                [steps[i] for i in kept] + [case.inputs], origin=case.origin)
+                                [steps[i] for i in kept] + [steps[last]], origin=case.origin)
         labelled = _state_dependent(case, sequence, len(history))
         sequence.failure = labelled.failure
         return labelled, sequence

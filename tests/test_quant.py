@@ -14,11 +14,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import oracles
-from fuzzkit import registry
+from fuzzkit import reach, registry
 from fuzzkit.runner import check_case
 from fuzzkit.target import Target
 from fuzzkit.testing import first_failure
-from targets.quant import numpy_impl, reference
+from targets.quant import checks, numpy_impl, reference, strategies, tiles
 from targets.quant import target as make_target
 
 SETTINGS = dict(deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
@@ -73,6 +73,64 @@ def test_dropping_rows_keeps_a_valid_case(quant: Target) -> None:
     inputs["queries"] = inputs["queries"][:0]
     assert quant.validate(inputs) is None
     assert check_case(quant, quant.implementation("numpy"), inputs).failure is None
+
+
+# ------------------------------------------------------------------------------ reach, values
+
+
+def test_numpy_strategy_crosses_every_threshold(quant: Target) -> None:
+    reach.assert_crossed(quant, quant.implementation("numpy"), cases=300)
+
+
+@pytest.mark.parametrize("mode", ["interpreter", "native"])
+def test_triton_strategy_crosses_every_threshold(quant: Target, mode: str,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kernel's tiles as launched in each mode (generation only: nothing is launched)."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1" if mode == "interpreter" else "0")
+    impl = quant.implementation("triton")
+    want = tiles.INTERPRETED if mode == "interpreter" else tiles.NATIVE
+    declared = {(t.size, t.value) for t in quant.thresholds_for(impl)}
+    assert {("m", want.block_m), ("n", want.block_n), ("D", want.block_d)} <= declared
+    reach.assert_crossed(quant, impl, cases=300)
+
+
+def _generated(quant: Target, impl: str, cases: int) -> list[dict[str, Any]]:
+    from hypothesis import Phase
+    from hypothesis import seed as hypothesis_seed
+
+    out: list[dict[str, Any]] = []
+
+    @hypothesis_seed(3)
+    @settings(max_examples=cases, phases=[Phase.generate], deadline=None, database=None,
+              suppress_health_check=list(HealthCheck))
+    @given(quant.strategy_for(quant.implementation(impl)))
+    def collect(inputs: dict[str, Any]) -> None:
+        out.append(inputs)
+
+    collect()
+    return out
+
+
+def test_strategy_covers_the_contract_and_stays_inside_it(quant: Target) -> None:
+    """Every case is valid, and the edges of the validator's range show up: exact and signed
+    zeros, norms below 1e-7 and at the smallest magnitude, magnitudes at the largest, empty
+    sides, float64 and the default precision, seeds in the upper half of the 64-bit range."""
+    cases = _generated(quant, "numpy", 300)
+    for inputs in cases:
+        assert quant.validate(inputs) is None, quant.validate(inputs)
+    rows = np.concatenate([np.concatenate([c["vectors"], c["queries"]]).ravel() for c in cases])
+    norms = np.array([np.linalg.norm(r.astype(np.float64)) for c in cases
+                      for r in np.concatenate([c["vectors"], c["queries"]])])
+    assert (rows == 0).any() and np.signbit(rows[rows == 0]).any()
+    assert (np.abs(rows) == strategies.MIN_ABS).any()
+    assert (np.abs(rows) == strategies.MAX_ABS).any()
+    assert ((norms > 0) & (norms < 1e-7)).sum() >= 20
+    assert (norms > 1e11).sum() >= 20
+    assert any(c["vectors"].shape[0] == 0 for c in cases)
+    assert any(c["queries"].shape[0] == 0 for c in cases)
+    assert {c.get("precision") for c in cases} == {"float32", "float64", None}
+    assert any(c["rotation_seed"] >= 2**63 for c in cases)
+    assert max(c["vectors"].shape[1] for c in cases) <= checks.MAX_DIM
 
 
 # ---------------------------------------------------------------------------------- reference
@@ -132,7 +190,7 @@ def test_lloyd_max_is_a_fixed_point_and_beats_uniform() -> None:
 def test_reference_satisfies_every_property(data: st.DataObject) -> None:
     """The properties hold on the reference itself (so they can only flag real bugs)."""
     target = make_target()
-    inputs = data.draw(target.strategy())
+    inputs = data.draw(target.strategy_for(target.implementation("numpy")))
     for prop in target.properties:
         failure = prop.check(reference.run, copy.deepcopy(inputs))
         assert failure is None, f"{prop.name}: {failure.message}"
@@ -200,7 +258,7 @@ def test_oracle_rejects_wrong_storage_dtype(quant: Target) -> None:
 @given(st.data())
 def test_numpy_agrees_with_reference(data: st.DataObject) -> None:
     target = make_target()
-    inputs = data.draw(target.strategy())
+    inputs = data.draw(target.strategy_for(target.implementation("numpy")))
     failure = check_case(target, target.implementation("numpy"), inputs).failure
     assert failure is None, f"{failure.signature}: {failure.message}"
 
@@ -248,6 +306,57 @@ def test_mutants_show_only_where_the_real_bug_would(quant: Target) -> None:
     spike = copy.deepcopy(gaussian)  # R v = e_3: z_3 = sqrt(32) lies in the top cell (> 4.40)
     spike["vectors"][0] = reference.rotation_matrix(32, spike["rotation_seed"])[3]
     assert not _passes(quant, spike, "top-cell-dropped")
+
+
+@pytest.mark.parametrize("dim, shows", [(64, False), (80, False), (127, False), (128, True),
+                                        (129, True)])
+def test_capped_hadamard_shows_only_from_a_128_block(quant: Target, dim: int,
+                                                     shows: bool) -> None:
+    assert _passes(quant, case(dim=dim, n=4), "hadamard-block-capped-64") != shows
+
+
+def test_eps_floor_shows_only_below_its_eps(quant: Target) -> None:
+    inputs = case(dim=24, n=4)
+    inputs["vectors"][1] = 0.0  # the zero vector: the clamp guards it as well as the where()
+    inputs["vectors"][2] *= np.float32(1e-6)  # norm ~5e-6: far above eps, scaled exactly
+    assert _passes(quant, inputs, "norm-eps-floor")
+    tiny = copy.deepcopy(inputs)
+    tiny["vectors"][3] = np.where(tiny["vectors"][3] < 0, -2e-10, 2e-10)  # norm ~1e-9
+    assert quant.validate(tiny) is None
+    assert not _passes(quant, tiny, "norm-eps-floor")
+
+
+def test_rotation_cache_mutant_needs_an_earlier_case(quant: Target) -> None:
+    """Keyed by dimension only: a case passes alone (and on a fresh cache) and fails right
+    after another seed of its dimension; the real cache (keyed by the seed too) never does."""
+    impl = quant.implementation("numpy")
+    first, second = case(dim=24, seed=1), case(dim=24, seed=2)
+    other_dim = case(dim=25, seed=3)
+    mutant = quant.mutant("rotation-cache-keyed-by-dim")
+    with mutant.applied():
+        assert check_case(quant, impl, second, properties=False).failure is None
+    with mutant.applied():
+        assert check_case(quant, impl, first, properties=False).failure is None
+        assert check_case(quant, impl, other_dim, properties=False).failure is None
+        failure = check_case(quant, impl, second, properties=False).failure
+        assert failure is not None and failure.signature == "mismatch:close:rotated_vectors"
+    for inputs in (first, second, other_dim, first):
+        assert check_case(quant, impl, inputs, properties=False).failure is None
+
+
+def test_cached_state_is_keyed_by_everything_it_depends_on() -> None:
+    """The real caches: one entry per (dim, seed, dtype) and per (codebook object, dtype)."""
+    a = numpy_impl.rotation(16, 1, np.dtype(np.float32))
+    assert numpy_impl.rotation(16, 1, np.dtype(np.float32)) is a
+    assert numpy_impl.rotation(16, 2, np.dtype(np.float32)) is not a
+    assert numpy_impl.rotation(16, 1, np.dtype(np.float64))[0][1].dtype == np.float64
+    assert not a[0][1].flags.writeable
+    book = reference.codebook("uniform", 8)
+    other = reference.uniform(8, radius=3.0)  # same name and bits, other centroids
+    np.testing.assert_array_equal(numpy_impl.centroid_table(book, np.dtype(np.float32)),
+                                  book.centroids.astype(np.float32))
+    np.testing.assert_array_equal(numpy_impl.centroid_table(other, np.dtype(np.float32)),
+                                  other.centroids.astype(np.float32))
 
 
 # ------------------------------------------------------------------------------ recall claims

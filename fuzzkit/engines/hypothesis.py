@@ -115,7 +115,7 @@ def fuzz(
     checker: Optional[Callable[..., Verdict]] = None,
     max_findings: Optional[int] = None,
     known: Optional[Any] = None,
-    confirm: Optional[Callable[[Case, Sequence[Inputs]], tuple[Case, Any]]] = None,
+    confirm: Optional[Callable[..., tuple[Case, Any]]] = None,
     on_finding: Optional[Callable[[Case, Any], None]] = None,
     history: int = 64,
 ) -> FuzzResult:
@@ -129,9 +129,10 @@ def fuzz(
     signatures the user accepted: counted in ``known_hits``, never chased.  Signatures seen only
     while another was being shrunk become findings at the end, polished by ddmin.
 
-    ``confirm(case, history) -> (case, sequence)`` re-runs a finding in a fresh process (see
-    :mod:`fuzzkit.fresh`); ``history`` is the inputs of the cases that ran before it in this
-    run (at most ``history`` of them).  ``checker(target, impl, inputs, *, properties,
+    ``confirm(case, history, first) -> (case, sequence)`` re-runs a finding in a fresh process
+    (see :mod:`fuzzkit.fresh`); ``history`` is the inputs of the cases that ran before it in this
+    run (at most ``history`` of them), ``first`` the ``(inputs, history)`` of the signature's
+    first occurrence, before shrinking.  ``checker(target, impl, inputs, *, properties,
     timeout) -> Verdict`` replaces :func:`~fuzzkit.runner.check_case` for every case, e.g. an
     :class:`~fuzzkit.isolation.IsolatedChecker` that runs cases in a child process.
     """
@@ -201,7 +202,9 @@ def fuzz(
             result.found_at[signature] = {"seconds": round(time.monotonic() - start, 3),
                                           "cases": result.cases}
         if not chase:
-            chase.update(signature=signature, until=shrink_until())
+            # where the bug first showed, before shrinking: the generated cases before it are the
+            # state a state-dependent bug needs (shrink attempts rarely recreate it)
+            chase.update(signature=signature, until=shrink_until(), first=(inputs, before))
         if signature == chase["signature"]:
             chase.update(inputs=inputs, failure=failure, history=before)
             if failure.kind == "timeout":
@@ -210,14 +213,15 @@ def fuzz(
         others[signature] += 1
         first_seen.setdefault(signature, (inputs, failure, before))
 
-    def finish(inputs: Inputs, failure: Any, before: list[Inputs], origin: str) -> None:
+    def finish(inputs: Inputs, failure: Any, before: list[Inputs], origin: str,
+               first: Optional[tuple[Inputs, list[Inputs]]] = None) -> None:
         case = Case(target=target.name, implementation=impl.name, inputs=inputs, seed=seed,
                     failure=failure, origin=origin)
         if shrink and target.reducible and failure.kind != "timeout":
             case = _polish(target, impl, case, case_timeout, checker, until=shrink_until())
         sequence = None
         if confirm is not None:
-            case, sequence = confirm(case, before)
+            case, sequence = confirm(case, before, first or (inputs, before))
             if sequence is not None or (case.failure and case.failure.kind == "state-dependent"):
                 result.sequences[case.case_id] = sequence
         found[failure.signature] = case
@@ -257,7 +261,8 @@ def fuzz(
             pass
         chunk += 1
         if "failure" in chase:
-            finish(chase["inputs"], chase["failure"], chase["history"], "hypothesis")
+            finish(chase["inputs"], chase["failure"], chase["history"], "hypothesis",
+                   chase.get("first"))
             chase.clear()
             continue  # a finding's chunk says nothing about the case rate
         spent = time.monotonic() - before_time

@@ -29,13 +29,19 @@ oracle; implementations need not.
 
 Implementations: ``numpy`` (vectorized float32, :mod:`.numpy_impl`) and ``triton`` (NumPy
 encoder + a Triton scoring kernel with the codebook gather inside, :mod:`.kernels`).
+
+Reach: the shared encoder declares its Walsh--Hadamard block edge (``numpy_impl.ENCODER_
+THRESHOLDS``, on the target), the Triton implementation the kernel's tiles as launched in this
+mode (:mod:`.tiles`: 16 x 16 x 64 under the interpreter, 64 x 64 x 32 on a GPU); the strategy
+(:mod:`.strategies`) draws ``n``, ``m`` and ``D`` at and past them, and every float from the
+shared :mod:`fuzzkit.values` domain clamped into the validator's ``[1e-12, 1e12]``.
 """
 
 from __future__ import annotations
 
-from fuzzkit import relations, triton_support
+from fuzzkit import reach, relations, triton_support
 from fuzzkit.target import Implementation, Property, Target
-from targets.quant import checks, numpy_impl, reference, triton_impl
+from targets.quant import checks, numpy_impl, reference, sizes, tiles, triton_impl
 
 
 def _numpy_run(inputs):  # type: ignore[no-untyped-def]
@@ -53,10 +59,10 @@ def _triton_unavailable():  # type: ignore[no-untyped-def]
     return triton_support.unavailable()
 
 
-def _strategy():  # type: ignore[no-untyped-def]
+def _strategy(thresholds: tuple[reach.Threshold, ...] = ()):  # type: ignore[no-untyped-def]
     from targets.quant import strategies
 
-    return strategies.inputs()
+    return strategies.inputs(thresholds)
 
 
 PROPERTIES = (
@@ -74,7 +80,7 @@ PROPERTIES = (
 
 def target() -> Target:
     """The ``quant`` target (the registry's entry point ``targets.quant:target``)."""
-    from targets.quant.mutants import MUTANTS
+    from targets.quant.mutants import DEVICE_MUTANTS, MUTANTS
 
     return Target(
         name="quant",
@@ -86,16 +92,24 @@ def target() -> Target:
             "numpy": Implementation(
                 "numpy", _numpy_run, backend="numpy",
                 description="vectorized NumPy: fast Walsh-Hadamard, searchsorted codes",
+                sources=("targets.quant.numpy_impl",),
             ),
             "triton": Implementation(
                 "triton", _triton_run, backend="triton",
                 description="NumPy encoder + Triton scoring kernel (codebook gather in-kernel)",
                 unavailable=_triton_unavailable,
+                # the kernel's tiles as launched in this mode (small under the interpreter)
+                thresholds=tiles.thresholds,
+                sources=("targets.quant.triton_impl", "targets.quant.kernels",
+                         "targets.quant.tiles"),
             ),
         },
         oracle=checks.oracle,
         properties=PROPERTIES,
-        mutants=MUTANTS,
+        mutants=(*MUTANTS, *DEVICE_MUTANTS),
         reducible=("vectors", "queries"),
         validate=checks.validate,
+        thresholds=numpy_impl.ENCODER_THRESHOLDS,  # the shared encoder's Hadamard blocks
+        sizes=sizes.SIZES,
+        sources=("targets.quant.numpy_impl",),  # the shared encoder every implementation runs
     )

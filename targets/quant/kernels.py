@@ -19,15 +19,16 @@ Codes arrive in their storage width: ``uint8`` for turbo8 and, since PyTorch has
 in the kernel with ``& 0xFFFF`` (a plain sign extension would turn codes >= 32768 negative).
 
 Guard tails: the launcher allocates ``BLOCK_D`` (the launched ``block_d``) extra zero elements
-after the last row of the query and code buffers.  A correct kernel never reads them; a kernel with a mask bug (see the
-``hoisted-d-mask`` mutant) reads them instead of running off the allocation, which under
-``TRITON_INTERPRET=1`` would read arbitrary memory (silently, per the platform notes) and on a GPU
-could fault -- the guard makes such a bug fail deterministically, so it can be shrunk and replayed.
+after the last row of the query and code buffers.  A correct kernel never reads them; a kernel
+with a mask bug (see the ``hoisted-d-mask`` mutant) reads them instead of running off the
+allocation, which under ``TRITON_INTERPRET=1`` would read arbitrary memory (silently, per the
+platform notes) and on a GPU could fault -- the guard makes such a bug fail deterministically, so
+it can be shrunk and replayed.
 
 Tiles are launch parameters (:mod:`targets.quant.tiles`; ``@triton.autotune`` needs a GPU
-driver): a GPU launches ``(64, 64, 32)``; the interpreter launches ``(16, 32, 16)``, so that
-fuzzing-sized cases need second programs along ``M`` and ``N`` and a second ``D`` step -- the
-code past the first tile runs under test, not only on a GPU.
+driver): a GPU launches ``(64, 64, 32)``; the interpreter launches ``(16, 16, 64)``, so that
+fuzzing-sized cases need second programs along ``M`` and ``N`` (and a second ``D`` step from
+``D = 65``) -- the code past the first tile runs under test, not only on a GPU.
 """
 
 from __future__ import annotations
@@ -131,7 +132,7 @@ def to_device(queries: np.ndarray, codes: np.ndarray, scales: np.ndarray,
     return Operands(
         queries=_guarded(queries.astype(np.float32), torch.float32, device, guard),
         codes=code_tensor,
-        codebook=torch.from_numpy(np.ascontiguousarray(centroids, dtype=np.float32)).to(device),
+        codebook=torch.from_numpy(np.array(centroids, dtype=np.float32)).to(device),  # a copy
         scales=torch.from_numpy(np.ascontiguousarray(scales, dtype=np.float32)).to(device),
         m=queries.shape[0], n=codes.shape[0], dim=queries.shape[1], code_mask=code_mask,
         tiles=tiles,

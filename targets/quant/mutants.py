@@ -11,11 +11,13 @@ real one.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+import contextlib
+from typing import Any, Iterator, Sequence
 from unittest import mock
 
 import numpy as np
 
+from fuzzkit.kernel_mutation import device_mutants
 from fuzzkit.target import Mutant
 from targets.quant import numpy_impl
 
@@ -58,6 +60,20 @@ def _permute_scatter(x: np.ndarray, perm: np.ndarray) -> np.ndarray:
     return out
 
 
+#: The largest Hadamard block a size-limited transform handles in one piece (see below).
+FWHT_MAX_BLOCK = 64
+
+
+def _fwht_capped_block(x: np.ndarray, chunks: Sequence[int]) -> np.ndarray:
+    """A transform limited to ``FWHT_MAX_BLOCK``-sized blocks splits every larger block into
+    ``FWHT_MAX_BLOCK``-blocks (a block-diagonal of smaller Hadamards).  Still orthogonal -- norms
+    and self-scores survive -- but not the specified rotation once ``D >= 2 * FWHT_MAX_BLOCK``."""
+    split: list[int] = []
+    for c in chunks:
+        split.extend([min(c, FWHT_MAX_BLOCK)] * max(1, c // FWHT_MAX_BLOCK))
+    return _ORIGINAL_FWHT(x, tuple(split))
+
+
 _ORIGINAL_FWHT = numpy_impl.fwht_blocks
 
 
@@ -85,6 +101,41 @@ def _rescale_unguarded(y: np.ndarray) -> np.ndarray:
     norms = np.sqrt(np.sum(y * y, axis=-1, keepdims=True))
     with np.errstate(invalid="ignore", divide="ignore"):
         return y * y.dtype.type(np.sqrt(y.shape[-1])) / norms
+
+
+#: The ``eps`` of the clamped normalisation below (``F.normalize``-style ``max(||y||, eps)``).
+NORM_EPS = 1e-8
+
+
+def _rescale_eps_floor(y: np.ndarray) -> np.ndarray:
+    """``y * sqrt(D) / max(||y||, eps)``: the clamp replaces the zero-norm guard (the zero vector
+    still maps to zero), but a vector whose norm is below ``eps`` is rescaled to a norm of
+    ``sqrt(D) ||y|| / eps < sqrt(D)`` -- its coordinates all fall into the cells next to 0."""
+    norms = np.sqrt(np.sum(y * y, axis=-1, keepdims=True))
+    return y * y.dtype.type(np.sqrt(y.shape[-1])) / np.maximum(norms, y.dtype.type(NORM_EPS))
+
+
+# --- per-collection state -------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _rotation_cache_keyed_by_dim() -> Iterator[None]:
+    """The rotation cache keyed by ``(dim, dtype)`` only: the first collection of a dimension
+    fixes the rotation every later one of that dimension gets, whatever its seed.  A case run
+    alone is self-consistent (one seed per case), so it fails only after an earlier case left an
+    entry of its dimension with another seed: state-dependent.  The buggy cache is a fresh dict
+    per application, so nothing leaks into a later (clean) run."""
+    cache: dict[tuple[int, str], Any] = {}
+    original = numpy_impl.rotation
+
+    def rotation(dim: int, seed: int, dtype: np.dtype) -> Any:
+        key = (int(dim), np.dtype(dtype).name)
+        if key not in cache:
+            cache[key] = original(dim, seed, dtype)
+        return cache[key]
+
+    with mock.patch.object(numpy_impl, "rotation", rotation):
+        yield
 
 
 # --- scoring --------------------------------------------------------------------------------
@@ -192,4 +243,35 @@ MUTANTS: tuple[Mutant, ...] = (
         "K step); out-of-bounds tile loads without a per-step mask read neighbouring rows",
         _patch_kernel,
     ),
+    # --- past a threshold, at an extreme value, or after an earlier case (this issue) --------
+    Mutant(
+        "hadamard-block-capped-64", "numpy",
+        "size-limited fast Walsh-Hadamard: blocks above 64 split into 64-blocks (D >= 128)",
+        "fast-Hadamard kernels are specialised per power-of-two size up to a maximum (Dao-AILab "
+        "fast-hadamard-transform); rotation codecs compose smaller Hadamards for other sizes "
+        "(QuaRot's kron(H_k, H_2^n)); a build that splits larger blocks stays orthogonal but "
+        "writes codes another build misreads -- only for D >= 2 x the limit",
+        _patch("fwht_blocks", _fwht_capped_block),
+    ),
+    Mutant(
+        "norm-eps-floor", "numpy",
+        "normalisation clamps the norm at eps: vectors with ||v|| < 1e-8 are mis-rescaled",
+        "x / max(||x||, eps) (torch.nn.functional.normalize's form, default eps 1e-12) with an "
+        "eps sized for float16 (1e-8 .. 1e-6) in a float32 path: right for the zero vector, "
+        "wrong for every norm below eps -- the epsilon-in-normalisation class (FAISS's "
+        "fvec_renorm_L2 guards only the exact zero norm)",
+        _patch("rescale", _rescale_eps_floor),
+    ),
+    Mutant(
+        "rotation-cache-keyed-by-dim", "numpy",
+        "stale per-collection cache: the rotation cached by dimension, its seed not in the key",
+        "cache keys missing a parameter the value depends on (vLLM/torch.compile and Triton "
+        "autotuner cache-key bugs); Qdrant keeps a rotation per collection -- two collections "
+        "of one dimension with different seeds must not share it",
+        _rotation_cache_keyed_by_dim,
+    ),
 )
+
+#: The Triton kernel's mutants (:mod:`targets.quant.kernel_mutants`), as ``kernel-<name>``.
+DEVICE_MUTANTS: list[Mutant] = device_mutants("targets.quant.kernel_mutants")
+

@@ -13,26 +13,81 @@ implementation, which reuses the encoder) picks the replacement up.
 
 The rotation parameters (permutations, signs) and the codebook tables come from
 :mod:`targets.quant.reference`: they are data that define the format, not computation.
+
+Per-collection state is cached, as a vector database keeps it per collection (Qdrant holds one
+rotation per quantized collection): :func:`rotation` returns the rotation's rounds with the signs
+already in the working dtype, and :func:`centroid_table` the codebook's centroids in it, so the
+hot path neither re-derives nor re-casts them per call.  Each cache is keyed by everything its
+value depends on -- ``(dim, rotation_seed, dtype)`` and ``(codebook, dtype)`` -- and holds
+only *data*: every computation step (:func:`permute`, :func:`fwht_blocks`, ...) still runs, and is
+still looked up, at call time, so a mutant patching a step is never hidden behind a cached value.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from fuzzkit import reach
 from targets.quant import reference
 
 Plan = Sequence[tuple[np.ndarray, np.ndarray]]
+
+#: Where the encoder changes path with ``D``: the block Walsh--Hadamard tiles ``D`` by its binary
+#: expansion, so at every power of two ``t`` the largest block and the butterfly depth grow --
+#: ``t - 1`` is ``log2 t`` blocks of every smaller size, ``t`` one block, ``t + 1`` adds a 1-block.
+#: The strategy's usual dimensions (``<= 80``) already hold every power of two +-1 up to 65; this
+#: threshold takes ``D`` past them: 63..65, and at ``2t`` the 128-block (7 levels: 127 is seven
+#: blocks, 129 a 128-block and a 1-block).  Capped at ``2t + 1``: the float64 reference is dense
+#: (``D x D`` stage matrices built in Python loops).  Every implementation runs through this
+#: encoder, so the target declares it (``Target.thresholds``).
+ENCODER_THRESHOLDS: tuple[reach.Threshold, ...] = (
+    reach.Threshold("D", 64, "block Walsh-Hadamard: a 64-block (6 butterfly levels); at 2t a "
+                    "128-block (7 levels)", cap=129),
+)
+
+
+#: Collections whose rotation / centroid table stay cached (least recently used dropped first).
+CACHED_COLLECTIONS = 64
 
 
 def working_dtype(inputs: Mapping[str, Any]) -> np.dtype:
     """float32 unless the case asks for float64."""
     precision = str(inputs.get("precision", "float32"))
-    if precision not in ("float32", "float64"):
+    if precision not in ("float32", "float64"):  # pragma: no cover - defensive: validate() rejects
         raise ValueError(f"precision must be 'float32' or 'float64', got {precision!r}")
     return np.dtype(precision)
+
+
+def _read_only(array: np.ndarray) -> np.ndarray:
+    array.setflags(write=False)
+    return array
+
+
+@functools.lru_cache(maxsize=CACHED_COLLECTIONS)
+def _rotation(dim: int, seed: int, dtype: str) -> tuple[tuple[np.ndarray, np.ndarray], ...]:
+    return tuple((perm, _read_only(signs.astype(dtype)))
+                 for perm, signs in reference.rotation_plan(dim, seed))
+
+
+def rotation(dim: int, seed: int, dtype: np.dtype) -> Plan:
+    """The collection's rotation rounds ``(perm, signs)``, signs in ``dtype`` (cached per
+    ``(dim, seed, dtype)``: the rotation depends on all three)."""
+    return _rotation(int(dim), int(seed), np.dtype(dtype).name)
+
+
+@functools.lru_cache(maxsize=CACHED_COLLECTIONS)
+def _centroid_table(book: reference.Codebook, dtype: str) -> np.ndarray:
+    return _read_only(book.centroids.astype(dtype))
+
+
+def centroid_table(book: reference.Codebook, dtype: np.dtype) -> np.ndarray:
+    """``book``'s centroids in ``dtype``, cached per ``(book, dtype)``: a codebook hashes by
+    identity, and the cache holds the book, so an entry can never answer for another book."""
+    return _centroid_table(book, np.dtype(dtype).name)
 
 
 def fwht_blocks(x: np.ndarray, chunks: Sequence[int]) -> np.ndarray:
@@ -67,7 +122,7 @@ def rotate(x: np.ndarray, plan: Plan) -> np.ndarray:
     chunks = reference.hadamard_chunks(x.shape[-1])
     y = x
     for perm, signs in plan:
-        y = permute(y, perm) * signs.astype(x.dtype)
+        y = permute(y, perm) * signs.astype(x.dtype, copy=False)
         y = fwht_blocks(y, chunks)
     return y
 
@@ -123,7 +178,7 @@ def encode(
     rotated = rotate(x, plan)
     z = rescale(rotated)
     codes = quantize(z, book.boundaries)
-    decoded = decode(codes, book.centroids.astype(dtype))
+    decoded = decode(codes, centroid_table(book, dtype))
     scales = compute_scales(x, decoded)
     return pack(codes, scales, book.bits), rotated, codes
 
@@ -132,14 +187,14 @@ def score(
     rotated_queries: np.ndarray, codes: np.ndarray, scales: np.ndarray, centroids: np.ndarray
 ) -> np.ndarray:
     """Asymmetric scores ``scale_j * <Rq_i, c_j>``: rotated float query against decoded codes."""
-    decoded = decode(codes, centroids.astype(rotated_queries.dtype))
+    decoded = decode(codes, centroids.astype(rotated_queries.dtype, copy=False))
     return (rotated_queries @ decoded.T) * scales.astype(rotated_queries.dtype)[None, :]
 
 
 def symmetric_scores(codes: np.ndarray, scales: np.ndarray, centroids: np.ndarray,
                      dtype: np.dtype) -> np.ndarray:
     """``scale_j scale_k <c_j, c_k>`` between stored vectors."""
-    decoded = decode(codes, centroids.astype(dtype)) * scales.astype(dtype)[:, None]
+    decoded = decode(codes, centroids.astype(dtype, copy=False)) * scales.astype(dtype)[:, None]
     return decoded @ decoded.T
 
 
@@ -156,7 +211,7 @@ class Stored:
     scales: np.ndarray
     rotated: np.ndarray
     rotated_queries: np.ndarray
-    centroids: np.ndarray
+    centroids: np.ndarray  # in the working dtype (the cached table)
     encoded_bytes: int
     dtype: np.dtype
 
@@ -167,13 +222,13 @@ def store(inputs: Mapping[str, Any]) -> Stored:
     vectors = np.asarray(inputs["vectors"])
     dim = vectors.shape[1]
     bits = int(inputs["bits"])
-    plan = reference.rotation_plan(dim, int(inputs["rotation_seed"]))
+    plan = rotation(dim, int(inputs["rotation_seed"]), dtype)
     book = reference.codebook(str(inputs["codebook"]), bits)
     packed, rotated, _ = encode(vectors, plan, book, dtype)
     codes, scales = unpack(packed, dim, bits)
     rotated_queries = prepare_queries(np.asarray(inputs["queries"]), plan, dtype)
-    return Stored(codes, scales, rotated, rotated_queries, book.centroids, int(packed.shape[1]),
-                  dtype)
+    return Stored(codes, scales, rotated, rotated_queries, centroid_table(book, dtype),
+                  int(packed.shape[1]), dtype)
 
 
 def outputs(stored: Stored, scores: np.ndarray, symmetric: np.ndarray) -> dict[str, Any]:

@@ -95,10 +95,14 @@ _MASK64 = (1 << 64) - 1
 # ------------------------------------------------------------------------------------ codebooks
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False)
 class Codebook:
     """A scalar codebook: ``levels`` ascending centroids and the ``levels - 1`` boundaries
-    between them.  ``code(z) = bisect_right(boundaries, z)``; ``decode(code) = centroids[code]``."""
+    between them.  ``code(z) = bisect_right(boundaries, z)``; ``decode(code) = centroids[code]``.
+
+    Compared and hashed by identity (``eq=False``): its fields are arrays, and a cache keyed by a
+    codebook (``numpy_impl.centroid_table``) must tell two books apart even when they share a
+    name and a bit width (a test's replacement book, a custom radius)."""
 
     name: str
     bits: int

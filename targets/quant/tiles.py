@@ -3,9 +3,13 @@
 The kernel (:mod:`targets.quant.kernels`) takes its tile sizes as launch parameters.  On a GPU it
 launches the real ``64 x 64 x 32`` tiles.  Under ``TRITON_INTERPRET=1`` every program costs
 milliseconds, and with 64-row tiles a fuzzing-sized case would never need a second program along
-any axis -- the code past the first tile (program offsets, ragged tails, the second ``D`` block)
-would never run.  So the interpreter launches small tiles, and different ones along ``M`` and
-``N`` (16 x 32) so that a kernel that confuses the two axes' block sizes shows there too.
+any axis -- the code past the first tile (program offsets, ragged tails) would never run.  So
+the interpreter launches 16-row tiles along ``M`` and ``N`` (the smallest ``tl.dot`` takes on a
+GPU), which cases of a few dozen rows cross cheaply.  Along ``D`` the block size does not change
+how many programs run, only how many interpreted loop iterations each makes, so the interpreter
+takes *wider* steps: 64, the encoder's own 64-block edge (:data:`numpy_impl.ENCODER_THRESHOLDS`),
+so one set of dimensions (63..65, 127..129) crosses both; the usual dimensions (up to 80) hold a
+ragged second step (65..80) too.
 
 This module imports neither torch nor triton: the target reads the thresholds from here (through
 :func:`thresholds`) before deciding whether the kernel module may be imported at all.
@@ -32,7 +36,7 @@ class Tiles:
 #: What a GPU launches (tl.dot needs every block dimension >= 16 there).
 NATIVE = Tiles(block_m=64, block_n=64, block_d=32, num_warps=4)
 #: What the interpreter launches: cheap cases with a few dozen rows cross every tile boundary.
-INTERPRETED = Tiles(block_m=16, block_n=32, block_d=16, num_warps=4)
+INTERPRETED = Tiles(block_m=16, block_n=16, block_d=64, num_warps=4)
 
 
 def current() -> Tiles:
