@@ -50,8 +50,27 @@ _TOP_KEYS = {"format", "fuzzkit_version", "target", "implementation", "seed", "i
              "origin", "id"}
 
 
+class SavedAsJson:
+    """A record saved as one canonical JSON file named by its id (cases and case sequences):
+    the subclass supplies ``case_id`` and ``to_json``."""
+
+    case_id: str
+
+    def to_json(self) -> dict[str, Any]:  # pragma: no cover - every subclass defines it
+        raise NotImplementedError
+
+    def dumps(self) -> str:
+        return canonical_json(self.to_json())
+
+    def save(self, directory: os.PathLike[str] | str) -> Path:
+        """Write atomically to ``directory/<id>.json`` and return the path."""
+        path = Path(directory) / f"{self.case_id}.json"
+        atomic_write_text(path, self.dumps() + "\n")
+        return path
+
+
 @dataclasses.dataclass
-class Case:
+class Case(SavedAsJson):
     """One replayable input for one target and implementation."""
 
     target: str
@@ -81,15 +100,6 @@ class Case:
             "inputs": encode_value(self.inputs),
             "failure": self.failure.to_json() if self.failure else None,
         }
-
-    def dumps(self) -> str:
-        return canonical_json(self.to_json())
-
-    def save(self, directory: os.PathLike[str] | str) -> Path:
-        """Write atomically to ``directory/<id>.json`` and return the path."""
-        path = Path(directory) / f"{self.case_id}.json"
-        atomic_write_text(path, self.dumps() + "\n")
-        return path
 
 
 def canonical_json(value: Any) -> str:

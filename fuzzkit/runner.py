@@ -30,6 +30,21 @@ class CaseTimeout(Exception):
     """Raised inside a case that ran past its time limit."""
 
 
+def _raise_if_timed_out(exc: BaseException) -> None:
+    """Re-raise the case's timeout when ``exc`` wraps it.
+
+    Libraries catch the alarm's exception and raise their own from it (Inductor turns anything
+    raised during compilation into an ``InductorError``); without this a slow compile under load
+    would be reported as a crash at the library frame where the alarm happened to land."""
+    seen: set[int] = set()
+    current: Optional[BaseException] = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, CaseTimeout):
+            raise CaseTimeout() from exc
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+
+
 @dataclasses.dataclass
 class Verdict:
     """What one case did: the failure (or None) plus the outputs, for reports and debugging."""
@@ -80,12 +95,14 @@ def _check_once(target: Target, impl: Implementation, inputs: Inputs, properties
             except CaseTimeout:
                 raise
             except Exception as exc:  # noqa: BLE001 - every exception is a verdict
+                _raise_if_timed_out(exc)
                 return Verdict(crash_failure(exc, where="reference"))
             try:
                 actual = impl.fn(copy.deepcopy(inputs))
             except CaseTimeout:
                 raise
             except Exception as exc:  # noqa: BLE001
+                _raise_if_timed_out(exc)
                 crash = crash_failure(exc, where=impl.name)
                 if target.localize is not None:
                     crash = _localized(target, impl, inputs, crash)
@@ -95,6 +112,7 @@ def _check_once(target: Target, impl: Implementation, inputs: Inputs, properties
             except CaseTimeout:
                 raise
             except Exception as exc:  # noqa: BLE001 - e.g. outputs of the wrong structure
+                _raise_if_timed_out(exc)
                 return Verdict(crash_failure(exc, where="oracle"), expected, actual)
             if failure is not None and target.localize is not None:
                 failure = _localized(target, impl, inputs, failure)
@@ -106,6 +124,7 @@ def _check_once(target: Target, impl: Implementation, inputs: Inputs, properties
                     except CaseTimeout:
                         raise
                     except Exception as exc:  # noqa: BLE001
+                        _raise_if_timed_out(exc)
                         failure = crash_failure(exc, where=f"{impl.name} (property {prop.name})")
                     if failure is not None:
                         break
@@ -128,6 +147,7 @@ def _localized(target: Target, impl: Implementation, inputs: Inputs, failure: Fa
     except CaseTimeout:
         raise
     except Exception as exc:  # noqa: BLE001 - a broken hook must not hide the finding
+        _raise_if_timed_out(exc)
         note = f"localization failed: {type(exc).__name__}: {exc}".splitlines()[0][:300]
         return Failure(failure.kind, failure.message, failure.signature,
                        {**failure.details, "localization": note})

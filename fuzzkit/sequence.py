@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence, Union
 
 from fuzzkit import __version__
-from fuzzkit.case import (Case, CaseFileError, atomic_write_text, canonical_json, decode_value,
+from fuzzkit.case import (Case, CaseFileError, SavedAsJson, canonical_json, decode_value,
                           encode_value, from_json, parse_json, read_bounded)
 from fuzzkit.failure import KINDS, Failure
 
@@ -32,7 +32,7 @@ _TOP_KEYS = {"format", "id", "fuzzkit_version", "target", "implementation", "ori
 
 
 @dataclasses.dataclass
-class CaseSequence:
+class CaseSequence(SavedAsJson):
     """Cases that run in order in one process; the last one fails (``failure``)."""
 
     target: str
@@ -57,14 +57,6 @@ class CaseSequence:
                 "target": self.target, "implementation": self.implementation,
                 "origin": self.origin, "steps": [encode_value(s) for s in self.steps],
                 "failure": self.failure.to_json() if self.failure else None}
-
-    def dumps(self) -> str:
-        return canonical_json(self.to_json())
-
-    def save(self, directory: os.PathLike[str] | str) -> Path:
-        path = Path(directory) / f"{self.case_id}.json"
-        atomic_write_text(path, self.dumps() + "\n")
-        return path
 
 
 def from_data(data: Any, source: str = "<sequence>") -> CaseSequence:

@@ -8,7 +8,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import pytest  # noqa: E402
 
-from fuzzkit import registry  # noqa: E402
+from fuzzkit import reach, registry  # noqa: E402
 
 import reach_targets  # noqa: E402
 import toy_targets  # noqa: E402
@@ -18,6 +18,15 @@ pytest_plugins = ["pytester"]
 registry.register_target("toy-dot", replace=True)(toy_targets.dot_target)
 registry.register_target("toy-alloc", replace=True)(toy_targets.alloc_target)
 registry.register_target("toy-tiles", replace=True)(reach_targets.target)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _generation_independent_of_imports():
+    """Seeded generation in a test gives the same cases whatever the process imported before
+    (Hypothesis otherwise draws some numbers from constants of every loaded local module, so a
+    test's cases would depend on test order under xdist and on the machine)."""
+    with reach.without_local_constants():
+        yield
 
 
 @pytest.fixture

@@ -163,12 +163,12 @@ def test_inductor_smoke() -> None:
 
 @pytest.mark.parametrize("impl", ["fusing", "inductor"])
 def test_every_threshold_is_crossed(impl: str) -> None:
-    """The first 300 generated cases reach t-1, t, t+1 and 2t+-1 (or beyond) of every threshold
+    """The first 600 generated cases reach t-1, t, t+1 and 2t+-1 (or beyond) of every threshold
     the implementation declares (generation only: nothing is compiled)."""
     from fuzzkit import reach
 
     target = get_target("compiler")
-    reach.assert_crossed(target, target.implementation(impl), cases=300)
+    reach.assert_crossed(target, target.implementation(impl), cases=600)
 
 
 def test_thresholds_follow_the_launched_tiles_and_sources_are_declared() -> None:

@@ -136,6 +136,30 @@ def test_timeout_becomes_a_verdict(dot) -> None:
     assert failure.kind == "timeout" and time.monotonic() - started < 3
 
 
+class _CompilerError(RuntimeError):
+    """Stands for a library that turns whatever its compile step raised into its own error."""
+
+
+def test_timeout_wrapped_by_a_library_is_still_a_timeout(dot) -> None:
+    """Inductor raises ``InductorError`` from the alarm that interrupted its compile: that is the
+    case's timeout, not a crash at whatever frame the alarm landed in."""
+    def wrapping(inputs):
+        try:
+            time.sleep(5)
+        except Exception as exc:  # noqa: BLE001 - what the library does
+            raise _CompilerError("compile failed") from exc
+
+    inputs = {"a": np.ones(3, np.float32), "b": np.ones(3, np.float32)}
+    failure = check_case(dot, Implementation("wraps", wrapping), inputs, timeout=0.2).failure
+    assert (failure.kind, failure.signature) == ("timeout", "timeout:toy-dot:wraps")
+
+    def unrelated(inputs):  # a real error of the library still is a crash
+        raise _CompilerError("compile failed")
+
+    failure = check_case(dot, Implementation("breaks", unrelated), inputs, timeout=5).failure
+    assert failure.kind == "crash"
+
+
 def test_implementation_cannot_corrupt_the_case_by_writing_into_inputs(dot) -> None:
     def scribbles(inputs):
         out = toy_targets.dot_numpy(inputs)

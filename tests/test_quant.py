@@ -91,7 +91,9 @@ def test_triton_strategy_crosses_every_threshold(quant: Target, mode: str,
     want = tiles.INTERPRETED if mode == "interpreter" else tiles.NATIVE
     declared = {(t.size, t.value) for t in quant.thresholds_for(impl)}
     assert {("m", want.block_m), ("n", want.block_n), ("D", want.block_d)} <= declared
-    reach.assert_crossed(quant, impl, cases=300)
+    # 600: the native tiles add three thresholds of the same sizes, so each boundary gets fewer
+    # of the (mostly mutated, repeated) cases; at 300 one seed in six misses D=33
+    reach.assert_crossed(quant, impl, cases=600)
 
 
 def _generated(quant: Target, impl: str, cases: int) -> list[dict[str, Any]]:
