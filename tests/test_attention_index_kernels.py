@@ -300,6 +300,49 @@ def test_partial_tile_mask_mutant_is_caught_only_on_a_partial_tile() -> None:
     assert member_failure(q, w, keys, cand, positions, block_d=16) is None
 
 
+def test_member_dot_overwritten_shows_only_past_the_d_tile() -> None:
+    rng = np.random.default_rng(7)
+    t, s = 3, 20
+    for d, shows in ((8, False), (5, False), (9, True), (16, True)):
+        q, w, keys = _case(rng, t, 2, d, s)
+        w = np.abs(w)
+        cand = _cand(rng, t, 10, s, pad=0.0)
+        positions = np.full(t, s - 1)
+        with kernel_mutants.member_dot_overwritten():
+            failure = member_failure(q, w, keys, cand, positions, block_d=8)
+        assert (failure is not None) == shows, (d, failure)
+
+
+def test_member_gather_first_tile_shows_only_past_the_column_tile() -> None:
+    rng = np.random.default_rng(8)
+    t, s, d = 3, 40, 5
+    q, w, keys = _case(rng, t, 2, d, s)
+    positions = np.full(t, s - 1)
+    for m, shows in ((8, False), (3, False), (9, True), (20, True)):
+        cand = np.stack([rng.permutation(s)[:m] for _ in range(t)]).astype(np.int32)
+        with kernel_mutants.member_gather_first_tile():
+            failure = member_failure(q, w, keys, cand, positions, block_m=8)
+        assert (failure is not None) == shows, (m, failure)
+
+
+def test_member_weight_local_row_shows_only_past_the_row_tile() -> None:
+    """Rows per program as launched in this mode: one program holds them all -- hidden; one row
+    more needs a second program -- its rows read the first program's weights."""
+    from targets.attention_index import tiles
+
+    rows = tiles.current().score_t
+    rng = np.random.default_rng(9)
+    s, d = 30, 4
+    for t, shows in ((rows, False), (rows + 1, True)):
+        q, w, keys = _case(rng, t, 2, d, s)
+        w[rows:] += np.float32(3.0)  # later rows' weights differ from the first rows'
+        cand = _cand(rng, t, 6, s, pad=0.0)
+        positions = np.full(t, s - 1)
+        with kernel_mutants.member_weight_local_row():
+            failure = member_failure(q, w, keys, cand, positions)
+        assert (failure is not None) == shows, (t, failure)
+
+
 # ============================================================================ the implementation
 
 

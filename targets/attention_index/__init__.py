@@ -20,6 +20,10 @@ attention_index ``assignment`` (S,), ``centroids`` (G, d), ``group_sizes`` (G,).
 
 Implementations: ``numpy`` (:mod:`.index`) and ``triton`` (:mod:`.triton_impl`: the same search
 with the three query-time hooks as Triton kernels).
+
+Reach: the sizes where the code changes path are declared as data -- the shared build / search /
+relation thresholds and the case's named sizes in :mod:`.thresholds`, the kernels' tiles as
+launched in each mode in :mod:`.tiles` -- and :mod:`.strategies` draws every size at them.
 """
 
 from __future__ import annotations
@@ -30,14 +34,16 @@ from fuzzkit.target import Implementation, Target, lazy
 from targets.attention_index import checks, reference
 
 
+def _kernel_thresholds() -> tuple:
+    """The Triton kernels' tiles as launched in this process's mode (interpreter or GPU)."""
+    from targets.attention_index import tiles
 
-
-
-
+    return tiles.thresholds()
 
 
 def target() -> Target:
     """The ``attention_index`` target (entry point ``targets.attention_index:target``)."""
+    from targets.attention_index import thresholds
     from targets.attention_index.mutants import DEVICE_MUTANTS, MUTANTS
     from targets.attention_index.properties import PROPERTIES
 
@@ -51,11 +57,15 @@ def target() -> Target:
             "numpy": Implementation(
                 "numpy", lazy("targets.attention_index.index:run"), backend="numpy",
                 description="vectorized NumPy indexer, float32 scores",
+                sources=("targets.attention_index.index",),
             ),
             "triton": Implementation(
                 "triton", lazy("targets.attention_index.triton_impl:run"), backend="triton",
                 description="NumPy build + Triton kernels for scoring and top-k",
                 unavailable=triton_support.unavailable_with("targets.attention_index.triton_impl"),
+                thresholds=_kernel_thresholds,
+                sources=("targets.attention_index.triton_impl", "targets.attention_index.kernels",
+                         "targets.attention_index.index"),
             ),
         },
         oracle=checks.oracle,
@@ -63,4 +73,7 @@ def target() -> Target:
         mutants=[*MUTANTS, *DEVICE_MUTANTS],
         reducible=("k",),
         validate=checks.validate,
+        thresholds=thresholds.SHARED,
+        sizes=thresholds.SIZES,
+        sources=("targets.attention_index.model",),
     )

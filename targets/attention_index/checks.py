@@ -18,6 +18,13 @@ demanding the reference's exact choices where rounding makes them ambiguous:
    ``min(topk, candidates)`` ids, and no key of C_must that was left out beats the worst returned
    id by more than the two scores' bounds.  Dense (and probing every group) makes C_must = C_may
    = every causal key: exact tie-aware top-k.
+
+The contract (:func:`validate`): ``q``, ``w``, ``k`` finite float32 of any magnitude -- zeros,
+subnormals, huge values -- as long as no float32 score overflows
+(:func:`model.overflow_factor` at most :data:`model.OVERFLOW_LIMIT`, a quarter of the float32
+range): a float32 indexer cannot represent a score past ``3.4e38``, so such inputs are outside
+what it computes, not a wrong answer.  The score bound is derived with gradual underflow, so
+tiny and subnormal values are judged exactly as strictly as their rounding allows.
 """
 
 from __future__ import annotations
@@ -51,6 +58,11 @@ def validate(inputs: Mapping[str, Any]) -> Optional[str]:
     for arr, name in ((q, "q"), (w, "w"), (k, "k")):
         if not np.all(np.isfinite(arr)):
             return f"{name} must be finite"
+    factor = model.overflow_factor(q, w, k)
+    if not factor <= model.OVERFLOW_LIMIT:
+        return (f"scores would overflow float32: model.overflow_factor = {factor:.3g} > 2^126 "
+                f"(sum_i |q_i| max_s |k_s,i|, weighted by |w| over heads; a float32 indexer "
+                f"cannot represent them)")
     if inputs["method"] not in model.METHODS:
         return f"method must be one of {model.METHODS}, got {inputs['method']!r}"
     for key, low in (("topk", 1), ("block", 1), ("top_m", 1), ("groups", 1), ("iters", 0),

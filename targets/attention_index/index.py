@@ -185,7 +185,7 @@ def search(inputs: Mapping[str, Any], *,
         out["assignment"] = assignment
         out["group_sizes"] = np.bincount(owners[owners >= 0], minlength=g).astype(np.int64)
         out["centroids"] = centroids.astype(np.float32)
-    else:
+    else:  # pragma: no cover - defensive: validate() rejects any other method
         raise ValueError(f"unknown method {p['method']!r}")
     cand = me.padded(mask)
     scores = mem_hook(q, w, keys, cand, pos)

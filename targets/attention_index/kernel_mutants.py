@@ -82,6 +82,67 @@ def partial_tile_mask() -> Iterator[None]:
         yield
 
 
+@contextlib.contextmanager
+def member_dot_overwritten() -> Iterator[None]:
+    """The member scoring kernel *assigns* each ``d`` step's partial dot product instead of
+    adding it: only the last ``BLOCK_D`` step counts.
+
+    Bug class: an accumulator overwritten inside the K loop of a tiled reduction
+    (``acc = tl.dot(a, b)`` / ``acc = tl.sum(...)`` where ``acc += ...`` was meant).  Invisible
+    while ``d <= BLOCK_D`` (one step): it lives past the ``d`` tile threshold (``d = 9`` under
+    the interpreter, ``d = 65`` natively).
+
+    ``dot = tl.sum(qv * x, axis=1)`` (member kernel only)
+    """
+    with _swap("member-dot-overwritten", "member_kernel",
+               ("            x = tl.load(k_row[:, None] + offs_d[None, :], mask=tile, other=0.0)\n"
+                "            dot += tl.sum(qv * x, axis=1)\n",
+                "            x = tl.load(k_row[:, None] + offs_d[None, :], mask=tile, other=0.0)\n"
+                "            dot = tl.sum(qv * x, axis=1)\n")):
+        yield
+
+
+@contextlib.contextmanager
+def member_weight_local_row() -> Iterator[None]:
+    """The member scoring kernel loads the head weight ``w[t, h]`` with the tile-*local* row
+    (``lane // BLOCK_M``) instead of the global one: every row program reads the first
+    ``BLOCK_T`` rows' weights.
+
+    Bug class: a program-id offset missing on one pointer of a tiled kernel (a per-row scale or
+    weight indexed with the in-tile offset).  Invisible while one program holds every query
+    row: it lives past the ``T`` tile threshold (``T = 17`` under the interpreter's 16-row
+    tiles; ``T = 2`` natively, one row per program).
+
+    ``wv = tl.load(w_ptr + (lane // BLOCK_M) * stride_wt + h, mask=live, other=0.0)``
+    """
+    anchor = ("        wv = tl.load(w_ptr + row * stride_wt + h, mask=live, other=0.0)\n"
+              "        acc += wv * tl.maximum(dot, 0.0)\n"
+              "    score = tl.where(live, acc * scale, float(\"-inf\"))\n")
+    with _swap("member-weight-local-row", "member_kernel",
+               (anchor, anchor.replace("w_ptr + row * stride_wt", "w_ptr + (lane // BLOCK_M) * "
+                                       "stride_wt"))):
+        yield
+
+
+@contextlib.contextmanager
+def member_gather_first_tile() -> Iterator[None]:
+    """The member scoring kernel gathers candidate ids with the tile-*local* column
+    (``lane % BLOCK_M``): every column program scores the row's first ``BLOCK_M`` candidates
+    and stores those scores in its own columns, next to other keys' ids.
+
+    Bug class: a gather index missing the column-tile offset (the column analogue of a stale
+    member list).  Invisible while a row fits one column tile: it lives past the candidate tile
+    threshold (``M = 17`` under the interpreter, ``M = 65`` natively).
+
+    ``ids = tl.load(cand_ptr + row * stride_c + lane % BLOCK_M, mask=in_tile, other=-1)``
+    """
+    with _swap("member-gather-first-tile", "member_kernel",
+               ("    ids = tl.load(cand_ptr + row * stride_c + col, mask=in_tile, other=-1)\n",
+                "    ids = tl.load(cand_ptr + row * stride_c + lane % BLOCK_M, mask=in_tile, "
+                "other=-1)\n")):
+        yield
+
+
 #: name -> (context manager, one-line bug class, citation).
 KERNEL_MUTANTS: dict[str, tuple[Callable[[], ContextManager[None]], str, str]] = {
     "stale-member-list": (
@@ -99,6 +160,25 @@ KERNEL_MUTANTS: dict[str, tuple[Callable[[], ContextManager[None]], str, str]] =
         "Triton mask error on the last partial d tile of the member scoring kernel (<= for <)",
         "K-tail masking of Triton tiled reductions (tutorial 03-matrix-multiplication, "
         "offs_k < K - k*BLOCK_K); issue 8's 'Triton mask error on the last partial tile'"),
+    "member-dot-overwritten": (
+        member_dot_overwritten,
+        "accumulator overwritten in the d loop of the member scoring kernel (= for +=): only "
+        "the last BLOCK_D step counts, past the d tile",
+        "K-loop accumulation of Triton tiled reductions (tutorial 03-matrix-multiplication, "
+        "accumulator = tl.dot(a, b, accumulator)); the 'acc = instead of acc +=' bug class"),
+    "member-gather-first-tile": (
+        member_gather_first_tile,
+        "candidate gather missing the column-tile offset in the member scoring kernel: every "
+        "column program scores the row's first BLOCK_M candidates",
+        "per-query sparse index gathers in tiled kernels (DeepSeek-V3.2 DSA / NSA top-k index "
+        "buffers, paged block-table gathers) indexed with the in-tile offset only"),
+    "member-weight-local-row": (
+        member_weight_local_row,
+        "head weights loaded with the tile-local row index in the member scoring kernel: "
+        "rows of a second row program use the first program's weights",
+        "per-row scale / weight pointers missing the program-id offset in tiled kernels (e.g. "
+        "per-token activation scales in vLLM / SGLang fp8 GEMM and indexer kernels); the "
+        "DeepSeek-V3.2 indexer's per-token head weights"),
 }
 
 __all__ = ["KERNEL_MUTANTS"] + [cm.__name__ for cm, _, _ in KERNEL_MUTANTS.values()]

@@ -14,6 +14,11 @@ import numpy as np
 
 METHODS = ("dense", "hisa", "attention_index")
 U32 = 2.0 ** -24
+#: Half the smallest float32 subnormal: the absolute error of a rounding into the subnormal range.
+ETA32 = 2.0 ** -150
+#: Largest :func:`overflow_factor` the contract accepts: a factor 4 below float32's largest
+#: finite value (about 2^128), room for the (1 + gamma) growth of rounded partial sums.
+OVERFLOW_LIMIT = 2.0 ** 126
 
 
 def params(inputs: Mapping[str, Any]) -> dict[str, Any]:
@@ -49,17 +54,59 @@ def scores64(q: np.ndarray, w: np.ndarray, x: np.ndarray) -> np.ndarray:
 
 def score_bound(q: np.ndarray, w: np.ndarray, x: np.ndarray) -> np.ndarray:
     """A bound on |float32 I - float64 I| for a float32 implementation fed ``x`` rounded to
-    float32 (x itself may be float64, e.g. centroids): the dot product's gamma_d error on
-    sum_i |q_i x_i| (ReLU is 1-Lipschitz, so a dot within rounding of 0 may go either way and
-    is still covered), the weight product, the H-term sum and the division: gamma_{d+H+4},
-    doubled for safety, plus an absolute term for underflow."""
+    float32 (x itself may be float64, e.g. centroids), in any reasonable evaluation order.
+
+    Standard model with gradual underflow: every float32 product, quotient or cast is
+    ``v (1 + delta) + eta`` with ``|delta| <= u = 2^-24`` and ``|eta| <= 2^-150`` (half the
+    smallest subnormal; sums of floats are exact when subnormal, so they carry no eta).
+
+    * relative part: the dot product's gamma_d error on ``sum_i |q_i x_i|`` (ReLU is
+      1-Lipschitz, so a dot within rounding of 0 may go either way and is still covered), the
+      weight product, the H-term sum, the rounding of ``x`` and of the scale ``1/sqrt(d)`` and
+      the scaling: gamma_{d+H+4} on ``sum_h |w| sum_i |q_i x_i| / sqrt(d)``;
+    * absolute part (underflow): ``d`` products per head, each off by ``eta``, weighted by
+      ``|w_h|``; one ``eta`` per weighted head term and one for the scaling; and one rounding of
+      either operand before its product (``x`` cast to float32, or ``q`` scaled by
+      ``1/sqrt(d)`` first, as attention kernels often do): ``eta (|q_i| + |x_i|)`` per
+      coordinate.  Together ``(d W + sum_h |w_h| sum_i (|q_hi| + |x_i|) + H) eta / sqrt(d) +
+      eta`` with ``W = sum_h |w_h|`` (tiny dot products under a huge head weight lose up to
+      ``d |w| eta`` -- more than any fixed absolute constant).
+
+    Both parts doubled for safety (the float64 score's own error, the (1 + gamma) factors
+    dropped above).  Inputs are within the overflow limit of :func:`overflow_factor`, so no
+    float32 intermediate overflows."""
     d, h = q.shape[-1], q.shape[-2]
-    absdots = np.einsum("thd,nd->thn", np.abs(np.asarray(q, np.float64)),
-                        np.abs(np.asarray(x, np.float64)))
-    mag = np.einsum("th,thn->tn", np.abs(np.asarray(w, np.float64)), absdots) / math.sqrt(d)
+    q64 = np.abs(np.asarray(q, np.float64))
+    w64 = np.abs(np.asarray(w, np.float64))
+    x64 = np.abs(np.asarray(x, np.float64))
+    absdots = np.einsum("thd,nd->thn", q64, x64)
+    mag = np.einsum("th,thn->tn", w64, absdots) / math.sqrt(d)
     n = d + h + 4
     gamma = n * U32 / (1 - n * U32)
-    return 2.0 * gamma * mag + 1e-37 * (d + h)
+    weight = w64.sum(axis=1)
+    operands = (d * weight + np.einsum("th,thd->t", w64, q64) + h)[:, None] \
+        + weight[:, None] * x64.sum(axis=1)[None, :]
+    underflow = 2.0 * (operands / math.sqrt(d) + 1.0) * ETA32
+    return 2.0 * gamma * mag + underflow
+
+
+def overflow_parts(q: np.ndarray, w: np.ndarray, k: np.ndarray) -> tuple[float, float]:
+    """``(dots, weighted)``: the largest per-head dot magnitude ``sum_i |q[t,h,i]| max_s
+    |k[s,i]|`` (the dot product runs before the weight) and the largest weighted head sum
+    ``sum_h |w[t,h]| (...)``, float64.  Together they bound every float32 intermediate of every
+    score, up to rounding: each key's, and each block mean's or centroid's (their coordinates
+    are means of the keys')."""
+    q64 = np.abs(np.asarray(q, np.float64))
+    kmax = np.abs(np.asarray(k, np.float64)).max(axis=0, initial=0.0)
+    per_head = np.einsum("thd,d->th", q64, kmax)
+    weighted = np.einsum("th,th->t", np.abs(np.asarray(w, np.float64)), per_head)
+    return float(per_head.max(initial=0.0)), float(weighted.max(initial=0.0))
+
+
+def overflow_factor(q: np.ndarray, w: np.ndarray, k: np.ndarray) -> float:
+    """The larger of :func:`overflow_parts`.  The contract (``checks.validate``) keeps it at
+    most :data:`OVERFLOW_LIMIT`, so float32 scoring never overflows."""
+    return max(overflow_parts(q, w, k))
 
 
 def sq_distances(x: np.ndarray, c: np.ndarray) -> np.ndarray:

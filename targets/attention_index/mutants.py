@@ -82,6 +82,73 @@ def _local_off_by_one(t: int, s: int, pos: np.ndarray, sink: int, local: int) ->
         np.arange(s)[None, :] <= pos[:, None])
 
 
+#: The "very negative" constant of the finite-mask mutant (a mask value many kernels use).
+FINITE_MASK = np.float32(-1e30)
+
+
+def _select_groups_finite_mask(rep_scores: np.ndarray, eligible: np.ndarray, count: int,
+                               hook: Callable[..., Any]) -> np.ndarray:
+    """Ineligible groups masked with -1e30 instead of -inf: a legitimate group whose score is
+    below -1e30 (huge magnitudes, negative head weights) loses its probe to a group that starts
+    after the query -- whose members the causal mask then drops."""
+    t, g = rep_scores.shape
+    masked = np.where(eligible, rep_scores, FINITE_MASK).astype(np.float32)
+    ids = np.tile(np.arange(g, dtype=np.int32), (t, 1))
+    chosen, _ = hook(masked, ids, min(count, g))
+    selected = np.zeros((t, g), bool)
+    rows = np.repeat(np.arange(t), chosen.shape[1])
+    flat = chosen.reshape(-1)
+    selected[rows[flat >= 0], flat[flat >= 0]] = True
+    return selected
+
+
+def _flushed(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x, np.float32)
+    return np.where(np.abs(x) < np.finfo(np.float32).tiny, np.float32(0.0), x).astype(np.float32)
+
+
+def _members_ftz(q: np.ndarray, w: np.ndarray, keys: np.ndarray, cand: np.ndarray,
+                 positions: np.ndarray) -> np.ndarray:
+    """Member scoring as a fast-math build runs it: subnormal inputs read as zero (DAZ) and
+    subnormal results flushed to zero (FTZ)."""
+    return _flushed(_ORIGINAL_MEMBERS(_flushed(q), _flushed(w), _flushed(keys), cand, positions))
+
+
+def _build_batched_absorb(keys: np.ndarray, p: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Chunked k-means with the keys after the first chunk assigned in one batch against the
+    first chunk's means, then folded in -- instead of one by one against running means.  The
+    first absorbed key sees the same centroids; a later one differs once an earlier joiner has
+    moved its centroid across the boundary."""
+    x = np.asarray(keys, np.float64)
+    s = x.shape[0]
+    n0 = min(p["chunk"], s)
+    assign0, cent0 = model.chunked_kmeans(x[:n0], {**p, "chunk": n0})
+    later = model.nearest(x[n0:], cent0) if n0 < s else np.zeros(0, np.int64)
+    assignment = np.concatenate([assign0, later]).astype(np.int64)
+    sums, counts = model.means(x, assignment, cent0)
+    return assignment, model.centroids_of(sums, counts, cent0)
+
+
+def _zero_empty_groups(sums: np.ndarray, counts: np.ndarray, old: np.ndarray) -> np.ndarray:
+    return sums / np.maximum(counts, 1)[:, None]
+
+
+def _build_empty_zeroed(keys: np.ndarray, p: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Chunked k-means whose empty groups get a zero centroid (sum / max(count, 1)) instead of
+    keeping their previous one."""
+    with mock.patch.object(model, "centroids_of", _zero_empty_groups):
+        return model.chunked_kmeans(keys, p, index.absorb)
+
+
+def _padded_block_means(keys: np.ndarray, block: int) -> np.ndarray:
+    """Block means over zero-padded blocks: the last, partial block divided by ``block``."""
+    s, d = keys.shape
+    nb = -(-s // block)
+    padded = np.zeros((nb * block, d), np.float64)
+    padded[:s] = keys
+    return padded.reshape(nb, block, d).mean(axis=1)
+
+
 def _patch(name: str, replacement: Callable[..., Any]) -> Callable[[], Any]:
     return lambda: mock.patch.object(index, name, replacement)
 
@@ -151,6 +218,46 @@ MUTANTS: tuple[Mutant, ...] = (
         "sliding-window / local attention masks (StreamingLLM, Longformer) off by one at the "
         "diagonal",
         _patch("forced_mask", _local_off_by_one),
+    ),
+    Mutant(
+        "group-mask-finite", "numpy",
+        "ineligible groups masked with -1e30 instead of -inf before group selection: a "
+        "legitimate group scoring below -1e30 loses its probe (huge scores, negative weights)",
+        "attention masks with a finite 'very negative' constant (-1e9 / -1e30 / finfo.min "
+        "additive masks in HF transformers and vLLM) that real scores can undercut",
+        _patch("select_groups", _select_groups_finite_mask),
+    ),
+    Mutant(
+        "scores-flush-subnormal", "numpy",
+        "member scoring with denormals flushed (DAZ inputs, FTZ results): subnormal scores "
+        "and products of tiny values become zero",
+        "fast-math / flush-to-zero builds of scoring kernels (CUDA --use_fast_math, "
+        "torch.set_flush_denormal, Triton's ftz libdevice) silently losing subnormal values",
+        _patch_many(score_members=_members_ftz),
+    ),
+    Mutant(
+        "absorb-batched", "numpy",
+        "keys after the first chunk assigned in one batch against the first chunk's means, not "
+        "one by one against running means (shows from the second absorbed key)",
+        "streaming / incremental k-means for KV clustering (ClusterKV, RetroInfer, mini-batch "
+        "k-means): batching a sequential update changes which centroid a later key joins",
+        _patch("build_groups", _build_batched_absorb),
+    ),
+    Mutant(
+        "empty-group-zeroed", "numpy",
+        "an empty k-means group gets a zero centroid (sum / max(count, 1)) instead of keeping "
+        "its previous one (needs tied keys or tied initial centroids)",
+        "empty clusters in Lloyd's k-means (FAISS re-seeds them; naive sum / count code "
+        "produces zero or NaN centroids that then attract keys near the origin)",
+        _patch("build_groups", _build_empty_zeroed),
+    ),
+    Mutant(
+        "block-mean-padded", "numpy",
+        "HiSA block mean taken over a zero-padded block: the last, partial block's mean is "
+        "divided by the block size, not its key count (S % block != 0)",
+        "block summaries over padded KV pages (Quest / NSA / HiSA block representatives, paged "
+        "KV with a partially filled last page)",
+        _patch("block_means", _padded_block_means),
     ),
 )
 
