@@ -376,6 +376,45 @@ def test_turbo_scale_dropped_mutant_is_caught() -> None:
     assert distance_failure(queries, codes, ids, "ip", turbo) is None
 
 
+def test_chunk_verdict_mutant_is_caught_only_past_the_chunk() -> None:
+    """Rows no wider than one dedup chunk are deduplicated right even when each chunk's verdict
+    overwrites the last; one chunk more and a duplicate of an earlier chunk is emitted twice."""
+    from targets.ann import tiles
+
+    chunk = tiles.current().chunk
+    rng = np.random.default_rng(6)
+    # frontier (..., 0, 1, 1): node 1's neighbours come twice -- within one chunk, or repeated
+    # in the second chunk from the first
+    for e, r, shows in ((2, chunk // 2, False), (3, chunk // 2 + 1, True)):
+        _, graph, visited, queries, base = _expand_case(rng, 3, e, 40, r, 5, seen=0.0)
+        graph[0], graph[1] = 10 + np.arange(r), 20 + np.arange(r)
+        frontier = np.tile(np.r_[np.zeros(e - 2), np.ones(2)], (3, 1)).astype(np.int32)
+        case = (frontier, graph, visited, queries, base)
+        with kernel_mutants.chunk_verdict_overwritten():
+            failure = expand_failure(*case, "l2")
+        assert (failure is not None) == shows, (e, r, failure)
+        assert expand_failure(*case, "l2") is None  # restored
+
+
+def test_qnorm_local_row_mutant_is_caught_only_past_the_row_tile() -> None:
+    """turbo l2 reads ||q||^2 per row: a launch of BLOCK_Q rows is one program and right; one
+    more row starts a second program, whose rows read the first program's norms."""
+    from targets.ann import tiles
+
+    rows = tiles.current().dist_q
+    rng = np.random.default_rng(8)
+    codes, turbo = _turbo_case(rng, 12, rows + 1, 9, 8)
+    turbo["query_norms2"] = np.arange(1, rows + 2, dtype=np.float32)  # all different
+    queries = rng.standard_normal((rows + 1, 9)).astype(np.float32)
+    ids = _candidates(rng, rows + 1, 10, 12, pad=0.0)
+    short = {**turbo, "query_norms2": turbo["query_norms2"][:rows]}
+    with kernel_mutants.qnorm_local_row():
+        assert distance_failure(queries[:rows], codes, ids[:rows], "l2", short) is None
+        assert distance_failure(queries, codes, ids, "l2", turbo) is not None
+        assert distance_failure(queries, codes, ids, "ip", turbo) is None  # ip reads no norm
+    assert distance_failure(queries, codes, ids, "l2", turbo) is None
+
+
 # ============================================================================ the implementation
 
 

@@ -39,8 +39,12 @@ Outputs: ``ids`` int64 (q, k) and ``distances`` (q, k) (-1 / +inf padded), ``vis
 (q,), the index (``cell_table``, ``cell_coords``, ``cell_offsets``, ``cell_members``, ``graph``)
 and, with turbo storage, ``codes`` and ``scales``.  The reference adds ``"aux"`` for the oracle.
 
-Implementations: ``numpy`` (:mod:`.index`: vectorized build, float32 search) and ``triton``
-(:mod:`.triton_impl`: the same build, the two query-time steps as Triton kernels).
+Implementations: ``numpy`` (:mod:`.index`: vectorized build, float32 search; its two
+query-time hooks in :mod:`.numpy_hooks`) and ``triton`` (:mod:`.triton_impl`: the same build and
+search loop, the two hooks as Triton kernels, :mod:`.kernels`, launched with the tiles of
+:mod:`.tiles`).  Where their code changes path -- the graph build's block, the kernels' tiles as
+launched in this mode, and where ``R``, ``C``, ``E``, ``k`` and ``P`` meet the data -- is
+declared in :mod:`.thresholds`, and :mod:`.strategies` aims at it.
 """
 
 from __future__ import annotations
@@ -51,16 +55,11 @@ from fuzzkit.target import Implementation, Target, lazy
 from targets.ann import checks, reference
 
 
-
-
-
-
-
-
 def target() -> Target:
     """The ``ann`` target (the registry's entry point ``targets.ann:target``)."""
     from targets.ann.mutants import DEVICE_MUTANTS, MUTANTS
     from targets.ann.properties import PROPERTIES
+    from targets.ann.thresholds import INDEX_THRESHOLDS, SIZES, kernel_thresholds
 
     return Target(
         name="ann",
@@ -72,11 +71,14 @@ def target() -> Target:
             "numpy": Implementation(
                 "numpy", lazy("targets.ann.index:run"), backend="numpy",
                 description="vectorized NumPy build, float32 search",
+                sources=("targets.ann.numpy_hooks",),
             ),
             "triton": Implementation(
                 "triton", lazy("targets.ann.triton_impl:run"), backend="triton",
                 description="NumPy build + Triton kernels for candidate distances and expansion",
                 unavailable=triton_support.unavailable_with("targets.ann.triton_impl"),
+                thresholds=kernel_thresholds,
+                sources=("targets.ann.triton_impl", "targets.ann.kernels", "targets.ann.tiles"),
             ),
         },
         oracle=checks.oracle,
@@ -84,4 +86,9 @@ def target() -> Target:
         mutants=[*MUTANTS, *DEVICE_MUTANTS],
         reducible=("vectors", "queries", "inserted"),
         validate=checks.validate,
+        # index.py (build, probing, the search loop, rerank) runs under both implementations:
+        # the Triton one replaces only the two query-time hooks of numpy_hooks.py
+        thresholds=INDEX_THRESHOLDS,
+        sizes=SIZES,
+        sources=("targets.ann.index", "targets.ann.model"),
     )

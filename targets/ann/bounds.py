@@ -13,6 +13,13 @@ Bounds (``u`` = unit roundoff, ``g_n = n u / (1 - n u)``, ``S`` = ``oracles.clos
   reference adds ``g_(D+2)(2^-53) d``.  (An implementation using ``|x|^2 + |q|^2 - 2 x.q`` is
   outside this bound on purpose: it cancels catastrophically for near neighbours.)
 * **ip**, ``-sum x_d q_d``: ``g_D sum |x_d q_d|``.
+* **underflow** (both): the contract admits tiny and subnormal coordinates, whose squares and
+  products fall below float32's subnormal range.  With gradual underflow each rounded product
+  is ``p (1 + d) + e`` with ``|e| <= 2^-150`` (half the smallest subnormal; additions and
+  subtractions of floats are exact when their result is subnormal), so the ``D`` products add
+  at most ``D 2^-150 (1 + g_D) < D 2^-149`` absolute error on top of the relative bound: a
+  distance of ``1e-61`` computed as ``0`` is float32 arithmetic, not a bug.  (The float64
+  reference's own term, ``D 2^-1074``, is added for symmetry.)
 * **turbo estimate**, ``s = scale <R q, c>``: the quant oracle's score bound (a ``3D + 10``-long
   reduction against ``scale |Rq|.|c|``, which covers the float32 scale) plus the query rotation's
   error ``min(g_L scale (|M||q|).|c|, E2(q) ||v||)`` (the quant oracle's two bounds); for l2
@@ -32,6 +39,9 @@ from targets.quant import reference as quant_reference
 
 U32 = 2.0**-24
 U64 = 2.0**-53
+#: Smallest subnormals: twice the absolute error one underflowing product may carry.
+TINY32 = 2.0**-149
+TINY64 = 2.0**-1074
 
 
 def _g(n: int, u: float = U32) -> float:
@@ -43,11 +53,12 @@ def exact_slack(x: np.ndarray, q: np.ndarray, metric: str) -> np.ndarray:
     x64 = np.asarray(x, dtype=np.float64)
     q64 = np.asarray(q, dtype=np.float64)
     dim = x64.shape[1]
+    underflow = dim * (TINY32 + TINY64)
     if metric == "l2":
         magnitude = model.distance(x64[None, :, :], q64[:, None, :], "l2")
-        return (_g(dim + 2) + _g(dim + 2, U64)) * magnitude
+        return (_g(dim + 2) + _g(dim + 2, U64)) * magnitude + underflow
     magnitude = np.abs(q64) @ np.abs(x64).T
-    return (_g(dim) + _g(dim, U64)) * magnitude
+    return (_g(dim) + _g(dim, U64)) * magnitude + underflow
 
 
 def estimate_slack(x: np.ndarray, q: np.ndarray, derived: Mapping[str, Any],

@@ -2,10 +2,13 @@
 
 Distances are the model's (:func:`targets.ann.model.distance`); the k best are taken by
 (distance, id).  Recall is tie-aware: a returned id whose exact distance equals the k-th best
-counts as a hit, whichever of the tied ids brute force happened to list.
+counts as a hit, whichever of the tied ids brute force happened to list -- and, given the float32
+slacks, so does one a float32 search cannot tell from the k-th best.
 """
 
 from __future__ import annotations
+
+from typing import Optional
 
 import numpy as np
 
@@ -31,6 +34,20 @@ def knn(x: np.ndarray, q: np.ndarray, k: int, metric: str) -> tuple[np.ndarray, 
     return ids, out
 
 
-def recall(exact: np.ndarray, found_ids: np.ndarray, k: int) -> np.ndarray:
-    """Per-query tie-aware recall@k of ``found_ids`` (q, k) given the (q, n) exact distances."""
+def recall(exact: np.ndarray, found_ids: np.ndarray, k: int,
+           slack: Optional[np.ndarray] = None) -> np.ndarray:
+    """Per-query tie-aware recall@k of ``found_ids`` (q, k) given the (q, n) exact distances.
+
+    With ``slack`` (q, n) -- the float32 bound of :func:`targets.ann.bounds.exact_slack` -- the
+    ties are taken up to float32 resolution: an id whose distance interval ``exact +- slack``
+    reaches the k-th best's counts as a hit.  A float32 search cannot tell such distances
+    apart (below ~1e-38 squared distances underflow to 0 and *every* candidate ties), so
+    ranking one before the other is not a recall loss."""
+    exact = np.asarray(exact, dtype=np.float64)
+    if slack is not None and exact.size:
+        kk = min(k, exact.shape[1])
+        kth = np.sort(exact, axis=1)[:, kk - 1][:, None]
+        kth_slack = np.max(np.where(exact == kth, slack, 0.0), axis=1, keepdims=True)
+        near = (exact > kth) & (exact - slack <= kth + kth_slack)
+        exact = np.where(near, kth, exact)
     return recall_at_k(None, np.asarray(found_ids), k, ref_scores=exact, largest=False)

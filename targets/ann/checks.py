@@ -352,12 +352,13 @@ def recall_claim(p: Params, covered: bool) -> Optional[float]:
 def check_recall(inputs: Mapping[str, Any], expected: Mapping[str, Any],
                  ids: np.ndarray) -> Optional[Failure]:
     """The implementation loses no recall@k against the reference (float64 brute force,
-    tie-aware): ``compare_recall`` at RECALL_CONFIDENCE on the paired per-query recalls.  The
-    absolute claim needs its own queries and lives in the ``recall-claim`` property."""
+    tie-aware up to float32 resolution, :func:`brute.recall`): ``compare_recall`` at
+    RECALL_CONFIDENCE on the paired per-query recalls.  The absolute claim needs its own
+    queries and lives in the ``recall-claim`` property."""
     p = Params.from_inputs(inputs)
-    exact = expected["aux"]["exact"]
-    got = brute.recall(exact, ids, p.k)
-    want = brute.recall(exact, np.asarray(expected["ids"]), p.k)
+    exact, slack = expected["aux"]["exact"], expected["aux"]["exact_slack"]
+    got = brute.recall(exact, ids, p.k, slack)
+    want = brute.recall(exact, np.asarray(expected["ids"]), p.k, slack)
     return compare_recall(got, want, confidence=RECALL_CONFIDENCE, name="ann-vs-reference")
 
 

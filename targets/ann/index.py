@@ -3,7 +3,8 @@
 The build (tables, cells, the kNN graph, turbo codes) is whole-array NumPy; its discrete
 decisions use the model's arithmetic from :mod:`targets.ann.model`, so it makes exactly the
 reference's decisions.  The search computes float32 distances.  Its two query-time steps are
-module-level *hooks* that the Triton implementation replaces with kernels:
+module-level *hooks* (NumPy ones in :mod:`targets.ann.numpy_hooks`, imported here) that the
+Triton implementation replaces with kernels:
 
 * :func:`candidate_distances` -- distances from each query to its (padded) candidate ids;
 * :func:`expand` -- one round of neighbour expansion: the graph rows of the frontier, minus what
@@ -13,6 +14,11 @@ Everything else (frontier selection, the final ranking by (distance, id), rerank
 for every implementation, so two implementations differ only in those two steps.  :func:`search`
 looks its default hooks up at call time, so a mutant that patches a module attribute here takes
 effect.
+
+Edges of this code (declared in :mod:`targets.ann.thresholds`, where the strategy aims): the
+graph is built in blocks of ``GRAPH_BLOCK`` rows (a second block from 257 vectors, or 257
+inserted ones); a graph row meets ``n - 1 < R`` (-1 padding), a cell its capacity ``C``, the
+frontier a query's candidate count, the result ``k > n``, the rerank pool ``max(k, E)``.
 """
 
 from __future__ import annotations
@@ -25,6 +31,10 @@ import numpy as np
 from targets.ann import model
 from targets.ann.model import (Params, cell_centre, cell_coords, face_fraction, project,
                                squared_norm, tables)
+# The NumPy query-time hooks (the ``numpy`` implementation's own code; the Triton one replaces
+# them), imported as the search's defaults -- mutants and the benchmark address them here.
+from targets.ann.numpy_hooks import (  # noqa: F401
+    candidate_distances, estimated_distances, expand, first_occurrences, gathered_distances)
 from targets.quant import numpy_impl as quant_numpy
 from targets.quant import reference as quant_reference
 
@@ -202,7 +212,7 @@ def merge_rows(x: np.ndarray, rows: np.ndarray, candidates: np.ndarray, r: int,
 def table_members(index: Index, table: int) -> np.ndarray:
     """Every id listed in a cell of ``table`` (cells are grouped by table in the CSR)."""
     rows = np.flatnonzero(index.cell_table == table)
-    if rows.size == 0:
+    if rows.size == 0:  # pragma: no cover - defensive: n >= 1 (validate) gives every table a cell
         return np.zeros(0, np.int64)
     return index.cell_members[index.cell_offsets[rows[0]]:index.cell_offsets[rows[-1] + 1]]\
         .astype(np.int64)
@@ -214,7 +224,7 @@ def insert(index: Index, new: np.ndarray) -> Index:
     row -- old ones too -- the ``R`` best of its old row and the new ids (both keep their best
     because inserting only adds candidates)."""
     new = np.ascontiguousarray(new, dtype=np.float32)
-    if new.shape[0] == 0:
+    if new.shape[0] == 0:  # pragma: no cover - defensive: index_from_inputs inserts only rows
         return index
     p = index.params
     n_old = index.n
@@ -270,7 +280,7 @@ def probed_cells(index: Index, q_vectors: np.ndarray) -> list[list[int]]:
         if p.w is None:
             cell = index.cell_keys.get((l,) + (0,) * p.m)
             for row in found:
-                if cell is not None:
+                if cell is not None:  # pragma: no branch - the one cell exists: n >= 1 (validate)
                     row.append(cell)
             continue
         y = project(q_vectors, index.projections[l])
@@ -310,34 +320,6 @@ def rotated_queries(index: Index, q_vectors: np.ndarray) -> np.ndarray:
                                        np.dtype(np.float32))
 
 
-def gathered_distances(index: Index, q_vectors: np.ndarray, ids: np.ndarray) -> np.ndarray:
-    """float32 distances (q, M) from query i to ``ids[i]`` (-1 padded -> +inf): the exact metric
-    on float32 vectors, or with turbo storage the asymmetric estimate
-    ``-s`` (ip) / ``||q||^2 + ||v||^2 - 2 s`` (l2) with ``s = scale <R q, c>``."""
-    ids = np.asarray(ids)
-    valid = ids >= 0
-    safe = np.where(valid, ids, 0)
-    q32 = np.asarray(q_vectors, dtype=np.float32)
-    if index.quant is None:
-        dist = query_distance(index.base[safe], q32[:, None, :], index.params.metric)
-    else:
-        dist = estimated_distances(index, q32, safe)
-    return np.where(valid, dist, np.float32(np.inf)).astype(np.float32)
-
-
-def estimated_distances(index: Index, q32: np.ndarray, safe: np.ndarray) -> np.ndarray:
-    """The turbo asymmetric estimate for ids ``safe`` (q, M), float32."""
-    store = index.quant
-    assert store is not None
-    rq = rotated_queries(index, q32)
-    decoded = store.centroids[store.codes[safe].astype(np.intp)]
-    s = -model.distance(decoded, rq[:, None, :], "ip", np.float32) * store.scales[safe]
-    if index.params.metric == "ip":
-        return -s
-    q_norm2 = squared_norm(q32, np.float32)
-    return q_norm2[:, None] + store.norms[safe] * store.norms[safe] - np.float32(2) * s
-
-
 def exact_distances(index: Index, q_vectors: np.ndarray, ids: np.ndarray) -> np.ndarray:
     """float32 exact-metric distances from the original vectors (rerank), +inf at padding."""
     ids = np.asarray(ids)
@@ -346,42 +328,6 @@ def exact_distances(index: Index, q_vectors: np.ndarray, ids: np.ndarray) -> np.
     q32 = np.asarray(q_vectors, dtype=np.float32)
     dist = query_distance(index.base[safe], q32[:, None, :], index.params.metric)
     return np.where(valid, dist, np.float32(np.inf)).astype(np.float32)
-
-
-def candidate_distances(index: Index, q_vectors: np.ndarray, cand: np.ndarray) -> np.ndarray:
-    """Hook 1: ``cand`` int32 (q, M), -1 padded -> float32 (q, M), +inf at padding."""
-    return gathered_distances(index, q_vectors, cand)
-
-
-def first_occurrences(ids: np.ndarray) -> np.ndarray:
-    """Mask of the first occurrence of each id >= 0 in each row."""
-    perm = np.argsort(ids, axis=1, kind="stable")
-    ordered = np.take_along_axis(ids, perm, axis=1)
-    repeat = np.zeros(ids.shape, dtype=bool)
-    repeat[:, 1:] = ordered[:, 1:] == ordered[:, :-1]
-    first = np.zeros(ids.shape, dtype=bool)
-    np.put_along_axis(first, perm, ~repeat, axis=1)
-    return first & (ids >= 0)
-
-
-def expand(index: Index, q_vectors: np.ndarray, frontier: np.ndarray,
-           visited: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Hook 2: one expansion round.  ``frontier`` int32 (q, E) (-1 pad); ``visited`` bool (q, n)
-    is updated in place.  Returns ``(new_ids int32 (q, E*R), new_dist float32 (q, E*R))``: the
-    graph neighbours of the frontier not visited before, each once per row, frontier-major and
-    neighbour-minor, -1 / +inf elsewhere."""
-    q, e = frontier.shape
-    r = index.graph.shape[1]
-    rows = np.arange(q)[:, None]
-    live = frontier >= 0
-    neighbours = np.where(live[:, :, None], index.graph[np.where(live, frontier, 0)], -1)
-    neighbours = neighbours.reshape(q, e * r).astype(np.int64)
-    fresh = (neighbours >= 0) & ~visited[rows, np.maximum(neighbours, 0)]
-    keep = first_occurrences(np.where(fresh, neighbours, -1))
-    new_ids = np.where(keep, neighbours, -1).astype(np.int32)
-    qi, col = np.nonzero(keep)
-    visited[qi, neighbours[qi, col]] = True
-    return new_ids, gathered_distances(index, q_vectors, new_ids)
 
 
 def best(ids: np.ndarray, dist: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:

@@ -79,6 +79,47 @@ def turbo_scale_dropped() -> Iterator[None]:
         yield
 
 
+@contextlib.contextmanager
+def chunk_verdict_overwritten() -> Iterator[None]:
+    """The dedup loop overwrites its per-lane verdict with each chunk's instead of keeping the
+    maximum over chunks: only the *last* chunk's earlier positions count.
+
+    Bug class: a loop-carried reduction written as an assignment (``acc = partial`` for
+    ``acc += partial`` / ``m = max(m, partial)``) in a chunked kernel loop -- right while the
+    loop runs once.  Here a lane whose earlier duplicate lies in any chunk but the last is
+    taken for a first occurrence, so an id reached twice is emitted twice.  Lives only past the
+    chunk edge: with ``E * R <= BLOCK_J`` (8 under the interpreter, 16 on a GPU) there is one
+    chunk; the old interpreter configuration (one chunk of ``BLOCK_P`` always) could not show
+    it at all.
+
+    ``dup = tl.max(same.to(tl.int32), axis=2)``
+    """
+    with _swap("chunk-verdict-overwritten", "exp_kernel",
+               ("        dup = tl.maximum(dup, tl.max(same.to(tl.int32), axis=2))\n",
+                "        dup = tl.max(same.to(tl.int32), axis=2)\n")):
+        yield
+
+
+@contextlib.contextmanager
+def qnorm_local_row() -> Iterator[None]:
+    """turbo l2: ``||q||^2`` is read at the program-local row instead of the global one.
+
+    Bug class: a local tile index used where the global one is meant (``offs`` without the
+    ``pid * BLOCK`` term) on a side operand -- the main operand's pointer is right, only the
+    per-row epilogue scalar comes from the wrong row.  Only programs past the first row block
+    read a wrong norm, so it needs more queries than ``BLOCK_Q`` (4 under the interpreter, 1
+    on a GPU), turbo storage, the l2 metric; a constant offset per query row keeps the ranking,
+    so it shows in the returned estimates (no rerank).
+
+    ``qnorm = tl.load(qnorm_ptr + lane // BLOCK_M, ...)``
+    """
+    with _swap("qnorm-local-row", "dist_kernel",
+               ("            qnorm = tl.load(qnorm_ptr + row, mask=valid, other=0.0)\n",
+                "            qnorm = tl.load(qnorm_ptr + lane // BLOCK_M, mask=valid, "
+                "other=0.0)\n")):
+        yield
+
+
 #: name -> (context manager, one-line bug class, citation).
 KERNEL_MUTANTS: dict[str, tuple[Callable[[], ContextManager[None]], str, str]] = {
     "partial-tile-mask": (
@@ -96,6 +137,19 @@ KERNEL_MUTANTS: dict[str, tuple[Callable[[], ContextManager[None]], str, str]] =
         "turbo distance kernel drops the per-vector scale of the asymmetric score",
         "RaBitQ / TurboQuant per-vector norm correction; Qdrant turbo scoring "
         "(scale_j <Rq, c_j>), quant target's scale-not-stored class"),
+    "chunk-verdict-overwritten": (
+        chunk_verdict_overwritten,
+        "expansion dedup keeps only the last chunk's verdict: duplicates past BLOCK_J emitted "
+        "twice",
+        "loop-carried reductions assigned instead of accumulated in chunked Triton loops "
+        "(acc = tl.dot(...) for acc += tl.dot(...); running max / LSE overwritten per block "
+        "in flash-attention style kernels)"),
+    "qnorm-local-row": (
+        qnorm_local_row,
+        "turbo l2 distance kernel reads ||q||^2 at the program-local row (rows past BLOCK_Q)",
+        "local vs global index in a tiled kernel's epilogue (pid * BLOCK_M + arange vs "
+        "arange); vLLM/SGLang attention kernels' per-row scale / LSE loads indexed by the "
+        "in-block row"),
 }
 
 __all__ = ["KERNEL_MUTANTS"] + [cm.__name__ for cm, _, _ in KERNEL_MUTANTS.values()]

@@ -57,14 +57,17 @@ The distances of the new ids are a second launch of ``distance_kernel`` on the `
 output (``E * R`` lanes x ``BLOCK_D`` would not fit one GPU program's registers for large
 beams; the tiled distance kernel scales).
 
-Block sizes (``@triton.autotune`` needs a GPU driver; picked by hand).  GPU: distances one
-query row x 64 candidates x 64 dims per program, 4 warps; expansion ``max(1, 256 // BLOCK_P)``
-rows per program, comparison chunks of 4096 elements, 8 warps once ``BLOCK_P >= 1024``.
-Interpreter (each program costs milliseconds, each op is a NumPy call): distances 16 rows x 64
-candidates x 16 dims (a 16-wide ``D`` step makes small test dimensions span several steps, so
-the ragged last step is exercised); expansion up to ``4096 // BLOCK_P`` rows per program and
-comparison chunks of ``2**18`` elements.  ``block_m`` / ``block_d`` override the distance tile
-(tests use them to force many tiles).
+Block sizes (``@triton.autotune`` needs a GPU driver; picked by hand) are launch parameters
+chosen per mode in :mod:`targets.ann.tiles` (which the fuzzer reads as thresholds).  GPU:
+distances one query row x 64 candidates x 64 dims per program, 4 warps; expansion
+``max(1, 256 // BLOCK_P)`` rows per program, comparison chunks of 16 positions (4096-element
+compare tiles), 8 warps once ``BLOCK_P >= 1024``.  Interpreter (each program costs
+milliseconds, each op is a NumPy call): distances from 4 rows x 16 candidates x 16 dims,
+doubling while a dimension would need more than two programs or steps; expansion at least
+4 rows per program, chunks of ``max(8, BLOCK_P // 2)`` positions -- small enough that cheap
+cases (5 queries, 17 candidates, 17 dims, ``E * R = 9``) take a second program or a second
+loop step, so the ragged last tile and the program offsets are exercised.  ``block_m`` /
+``block_d`` override the distance tile (tests use them to force many tiles).
 
 Guard tails: :func:`guarded` returns a ``[rows, D]`` view of a buffer that has ``GUARD``
 zero elements after its last row; the implementation allocates queries, base vectors and codes
@@ -81,6 +84,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from fuzzkit import triton_support
+from targets.ann import tiles as _tiles
 
 triton_support.prepare()
 
@@ -90,27 +94,13 @@ import triton.language as tl  # noqa: E402
 
 METRICS = ("l2", "ip")
 
-# ----------------------------------------------------------------------------- tile configs
+# ----------------------------------------------------------------------------- launch constants
 
-DIST_BLOCK_Q_GPU = 1
-DIST_BLOCK_M_GPU = 64
-DIST_BLOCK_D_GPU = 64
-DIST_BLOCK_Q_INTERPRETED = 16
-DIST_BLOCK_M_INTERPRETED = 64
-DIST_BLOCK_D_INTERPRETED = 16
-#: Lanes (rows x positions) of one expansion program.
-EXPAND_LANES_GPU = 256
-EXPAND_LANES_INTERPRETED = 4096
-#: Elements of one (row, position, earlier position) comparison chunk.
-EXPAND_COMPARES_GPU = 4096
-EXPAND_COMPARES_INTERPRETED = 1 << 18
+#: Warps of a distance program (and of an expansion program below BLOCK_P = 1024); the tile
+#: sizes are in :mod:`targets.ann.tiles`.
 NUM_WARPS = 4
 #: Zero elements after the last row of a :func:`guarded` buffer (>= every block_d used).
 GUARD = 128
-
-
-def _next_pow2(n: int) -> int:
-    return 1 << max(0, int(n) - 1).bit_length()
 
 
 # ----------------------------------------------------------------------------- kernels
@@ -216,7 +206,7 @@ exp_kernel: Callable[..., Any] = expand_kernel
 
 def _require(condition: bool, message: str) -> None:
     if not condition:
-        raise ValueError(message)
+        raise ValueError(message)  # pragma: no cover - API guard: the hooks pass valid operands
 
 
 @dataclasses.dataclass(frozen=True)
@@ -234,11 +224,11 @@ def guarded(array: Any, dtype: torch.dtype, device: Optional[str] = None) -> tor
     """A ``[rows, D]`` device tensor holding ``array`` whose storage continues with ``GUARD``
     zeros (see the module docstring).  ``array`` is a NumPy array or a tensor."""
     device = device or triton_support.device()
-    if isinstance(array, np.ndarray):
+    if isinstance(array, np.ndarray):  # pragma: no branch - the hooks pass NumPy arrays
         array = torch.from_numpy(np.ascontiguousarray(array))
     rows, dim = array.shape
     flat = torch.zeros(rows * dim + GUARD, dtype=dtype, device=device)
-    if rows * dim:
+    if rows * dim:  # pragma: no branch - validate: n, q and D are at least 1
         flat[: rows * dim] = array.reshape(-1).to(device=device, dtype=dtype)
     return flat[: rows * dim].view(rows, dim)
 
@@ -249,7 +239,8 @@ def code_tensor(codes: np.ndarray, device: Optional[str] = None) -> torch.Tensor
         return guarded(codes, torch.uint8, device)
     if codes.dtype == np.uint16:
         return guarded(codes.view(np.int16), torch.int16, device)
-    raise ValueError(f"codes must be uint8 or uint16, got {codes.dtype}")
+    raise ValueError(  # pragma: no cover - API guard: turbo codes are uint8 or uint16
+        f"codes must be uint8 or uint16, got {codes.dtype}")
 
 
 def _check_matrix(x: Any, name: str, dtypes: tuple[torch.dtype, ...], device: torch.device
@@ -263,7 +254,7 @@ def _check_matrix(x: Any, name: str, dtypes: tuple[torch.dtype, ...], device: to
 
 
 def _check_ids(ids: torch.Tensor, n: int, name: str) -> None:
-    if ids.numel():
+    if ids.numel():  # pragma: no branch - the search's id matrices are never empty
         lo, hi = int(ids.min()), int(ids.max())
         _require(lo >= -1 and hi < n, f"{name} must hold ids in [-1, {n}), got [{lo}, {hi}]")
 
@@ -310,23 +301,18 @@ def distances(queries: torch.Tensor, stored: torch.Tensor, ids: torch.Tensor, *,
         code_mask = 0 if turbo is None else (0xFF if stored.dtype == torch.uint8 else 0xFFFF)
     q, m = ids.shape
     dim = queries.shape[1]
-    if out is None:
+    if out is None:  # pragma: no branch - API option: the hooks let the launcher allocate
         out = torch.empty((q, m), dtype=torch.float32, device=queries.device)
-    else:
+    else:  # pragma: no cover - API option: the hooks let the launcher allocate
         _require(out.shape == (q, m) and out.dtype == torch.float32 and out.is_contiguous(),
                  f"out must be a contiguous float32 [{q}, {m}] tensor")
-    if q == 0 or m == 0:
+    if q == 0 or m == 0:  # pragma: no cover - q, candidate and E * R widths are at least 1
         return out
-    interpreted = triton_support.interpreted()
-    block_q = DIST_BLOCK_Q_INTERPRETED if interpreted else DIST_BLOCK_Q_GPU
-    block_q = min(block_q, _next_pow2(q))
-    block_m = block_m or (DIST_BLOCK_M_INTERPRETED if interpreted else DIST_BLOCK_M_GPU)
-    block_d = block_d or (DIST_BLOCK_D_INTERPRETED if interpreted else DIST_BLOCK_D_GPU)
-    _require(block_m == _next_pow2(block_m) and block_d == _next_pow2(block_d)
-             and block_d <= GUARD, f"block_m and block_d must be powers of two, block_d <= "
-             f"{GUARD}; got {block_m}, {block_d}")
-    if interpreted:
-        block_m = min(block_m, max(1, _next_pow2(m)))
+    _require(all(b is None or (b >= 1 and b == _tiles.next_pow2(b)) for b in (block_m, block_d))
+             and (block_d or 0) <= GUARD, f"block_m and block_d must be powers of two, "
+             f"block_d <= {GUARD}; got {block_m}, {block_d}")
+    block_q, block_m, block_d = _tiles.distance_config(q, m, dim, _tiles.current(), block_m,
+                                                       block_d)
     dummy = torch.zeros(1, dtype=torch.float32, device=queries.device)
     if turbo is None:
         extra = (dummy, dummy, dummy, dummy)
@@ -344,15 +330,9 @@ def distances(queries: torch.Tensor, stored: torch.Tensor, ids: torch.Tensor, *,
 
 
 def expand_config(q: int, width: int) -> tuple[int, int, int]:
-    """``(BLOCK_Q, BLOCK_P, BLOCK_J)`` of an expansion over ``q`` rows of ``width = E * R``."""
-    block_p = max(2, _next_pow2(width))
-    if triton_support.interpreted():
-        lanes, compares = EXPAND_LANES_INTERPRETED, EXPAND_COMPARES_INTERPRETED
-    else:
-        lanes, compares = EXPAND_LANES_GPU, EXPAND_COMPARES_GPU
-    block_q = max(1, min(lanes // block_p, _next_pow2(q)))
-    block_j = max(1, min(block_p, compares // (block_q * block_p)))
-    return block_q, block_p, block_j
+    """``(BLOCK_Q, BLOCK_P, BLOCK_J)`` of an expansion over ``q`` rows of ``width = E * R`` in
+    the current mode (:func:`targets.ann.tiles.expand_config`)."""
+    return _tiles.expand_config(q, width, _tiles.current())
 
 
 def expand(frontier: torch.Tensor, graph: torch.Tensor, visited: torch.Tensor,
@@ -375,7 +355,7 @@ def expand(frontier: torch.Tensor, graph: torch.Tensor, visited: torch.Tensor,
     _check_ids(graph, n, "graph")
     width = e * r
     new_ids = torch.full((q, width), -1, dtype=torch.int32, device=device)
-    if q and width:
+    if q and width:  # pragma: no branch - q, E and R are at least 1 in a search
         block_q, block_p, block_j = expand_config(q, width)
         exp_kernel[(triton.cdiv(q, block_q),)](
             frontier, graph, visited, new_ids,

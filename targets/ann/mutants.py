@@ -4,23 +4,31 @@ Each mutant replaces one module-level step of :mod:`targets.ann.index` (the refe
 reads :mod:`targets.ann.model` directly, is untouched).  ``tests/test_ann_mutants.py`` shows each
 one caught on a small case; ``fuzzkit mutants ann`` finds them from scratch.  The Triton kernels'
 own mutants live in :mod:`targets.ann.kernel_mutants`.
+
+The last four live only past an edge: ``graph-block-offset`` past the graph build's first
+256-row block, ``fast-floor`` on a projection exactly on a negative grid line,
+``norm-epsilon`` at norms below 1e-6, ``full-cell-insert`` in an insert into a cell that was
+full at build (``tests/test_ann_mutants.py`` shows each absent below its edge).
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
+import dataclasses
+from typing import Any, Callable, Optional
 from unittest import mock
 
 import numpy as np
 
 from fuzzkit.kernel_mutation import device_mutants
 from fuzzkit.target import Mutant
-from targets.ann import index, model
+from targets.ann import index, model, reference
 from targets.ann.model import Params
 
 _ORIGINAL_EXPAND = index.expand
 _ORIGINAL_PROBE_ORDER = index.probe_order
 _ORIGINAL_QUERY_DISTANCE = index.query_distance
+_ORIGINAL_ENCODE = index.encode
+_ORIGINAL_INSERT = index.insert
 
 
 def _truncating_coords(y: np.ndarray, u: np.ndarray, w: float) -> np.ndarray:
@@ -81,6 +89,65 @@ def _cell_rank_by_id(y: np.ndarray, coords: np.ndarray, u: np.ndarray,
 def _rerank_by_estimate(idx: index.Index, q: np.ndarray, ids: np.ndarray) -> np.ndarray:
     """Rerank that reuses the quantized estimates instead of reading the original vectors."""
     return index.gathered_distances(idx, q, ids)
+
+
+def _knn_graph_block_offset(x: np.ndarray, r: int, metric: str,
+                            rows: Optional[np.ndarray] = None) -> np.ndarray:
+    """``index.knn_graph`` with the self column of each block computed without the block's
+    offset (``rows[0] + local`` instead of ``rows[start + local]``): right in the first
+    GRAPH_BLOCK rows, wrong in every later block."""
+    n = x.shape[0]
+    rows = np.arange(n) if rows is None else np.asarray(rows, dtype=np.int64)
+    graph = np.full((rows.size, r), -1, dtype=np.int32)
+    width = min(r, n - 1)
+    if width <= 0:
+        return graph
+    ids = np.arange(n)
+    for start in range(0, rows.size, index.GRAPH_BLOCK):
+        block = rows[start:start + index.GRAPH_BLOCK]
+        dist = model.distance(x[None, :, :], x[block, None, :], metric)
+        own = rows[0] + np.arange(block.size)  # the bug: `start` is missing
+        dist[np.arange(block.size), own] = np.inf
+        key = np.where(ids[None, :] == own[:, None], n, ids[None, :])
+        order = np.lexsort((key, dist), axis=-1)
+        graph[start:start + block.size, :width] = order[:, :width]
+    return graph
+
+
+def _fast_floor_coords(y: np.ndarray, u: np.ndarray, w: float) -> np.ndarray:
+    """The "fast floor" ``int(z) - (z < 0)``: a floor everywhere except at negative integers,
+    where it is one too low (``-2.0 -> -3``)."""
+    z = y / w + u
+    return z.astype(np.int64) - (z < 0)
+
+
+def _encode_norm_eps(x: np.ndarray, params: Params) -> Optional[index.QuantStore]:
+    """turbo codes whose stored norm is ``sqrt(||x||^2 + 1e-12)``: an epsilon that is
+    invisible for ordinary vectors and swallows the norm of tiny ones (and of zero ones)."""
+    store = _ORIGINAL_ENCODE(x, params)
+    if store is None:
+        return None
+    norms = np.sqrt(model.squared_norm(x) + 1e-12).astype(np.float32)
+    return dataclasses.replace(store, norms=norms)
+
+
+def _insert_skipping_full_cells(idx: index.Index, new: np.ndarray) -> index.Index:
+    """An insert that only adds newcomers to cells with a free slot: a cell that was full at
+    build keeps its old list even when a newcomer lies nearer its centre."""
+    grown = _ORIGINAL_INSERT(idx, new)
+    before = reference.cells_from_csr(index.outputs(idx, _NO_RESULT))
+    after = reference.cells_from_csr(index.outputs(grown, _NO_RESULT))
+    cap = idx.params.C
+    kept = {key: (before[key] if len(before.get(key, ())) >= cap else ids)
+            for key, ids in after.items()}
+    sizes = [len(ids) for ids in kept.values()]
+    return dataclasses.replace(
+        grown, cell_offsets=np.r_[0, np.cumsum(sizes)].astype(np.int64),
+        cell_members=np.array([i for ids in kept.values() for i in ids], dtype=np.int32))
+
+
+_NO_RESULT = index.Result(np.zeros((0, 1), np.int64), np.zeros((0, 1), np.float32),
+                          np.zeros(0, np.int64))
 
 
 def _patch(name: str, replacement: Callable[..., Any]) -> Callable[[], Any]:
@@ -162,6 +229,43 @@ MUTANTS: tuple[Mutant, ...] = (
         "quantized search with refinement (FAISS IndexRefine, Qdrant rescore with "
         "original vectors): a rescore that reads the quantized store changes nothing",
         _patch("exact_distances", _rerank_by_estimate),
+    ),
+    # -- bugs that live only past an edge the old strategy never reached ----------------------
+    Mutant(
+        "graph-block-offset", "numpy",
+        "blocked kNN-graph build masks the self pair without the block's row offset: from the "
+        "second GRAPH_BLOCK (n or inserted > 256) a row lists itself and loses a neighbour",
+        "blocked all-pairs distance / kNN-graph builds (FAISS knn with self-exclusion, cuML / "
+        "RAFT brute-force kNN-graph 'remove self' on a tiled distance matrix): the diagonal of "
+        "block b sits at column b * BLOCK + i, not i",
+        _patch("knn_graph", _knn_graph_block_offset),
+    ),
+    Mutant(
+        "fast-floor", "numpy",
+        "cell coordinates by the 'fast floor' int(z) - (z < 0): one cell too low exactly on a "
+        "negative grid line",
+        "fastfloor(x) = x > 0 ? (int)x : (int)x - 1 in grid hashing / noise code (Perlin, "
+        "simplex, E2LSH ports) is wrong at negative integers; only a projection landing "
+        "exactly on a grid line shows it",
+        _patch("cell_coords", _fast_floor_coords),
+    ),
+    Mutant(
+        "norm-epsilon", "numpy",
+        "turbo storage keeps sqrt(||x||^2 + 1e-12) as the norm: l2 estimates of tiny (and "
+        "zero) vectors are off by 1e-12",
+        "epsilon guards that swallow small values (LayerNorm rsqrt(var + eps), F.normalize "
+        "eps=1e-12; RaBitQ / TurboQuant-style stored norms): invisible unless a norm is "
+        "below ~1e-6",
+        _patch("encode", _encode_norm_eps),
+    ),
+    Mutant(
+        "full-cell-insert", "numpy",
+        "insert after the build drops newcomers into a full cell instead of evicting its "
+        "farthest member",
+        "bounded-bucket inserts (LSH buckets, IVF list caps, hnswlib/DiskANN pruning on "
+        "insert): a capacity check before the insert keeps first-come members; needs a cell "
+        "full at build and a nearer newcomer -- an insert sequence",
+        _patch("insert", _insert_skipping_full_cells),
     ),
 )
 

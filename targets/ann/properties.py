@@ -155,12 +155,16 @@ def p_nesting(impl: Impl, inputs: Mapping[str, Any]) -> Optional[Failure]:
 def all_covering(impl: Impl, inputs: Mapping[str, Any]) -> Optional[Failure]:
     """One cell holding everything (``w = null``, ``C >= n``) makes every vector a candidate:
     the result is brute force's top-k (tie-aware within the float32 slack) with exact distances.
-    turbo storage runs with a rerank over every vector (``E = n``), which makes it exact too."""
+    turbo storage runs with a rerank over every vector (``E = n``), which makes it exact too,
+    and with ``T = 0``: every vector is visited by the probe already, so expansion rounds add
+    nothing -- but with ``E = n`` each would gather and deduplicate ``n * R`` positions per
+    query, seconds per round for the Triton kernel under the interpreter at a few hundred
+    vectors."""
     x = reference.all_vectors(inputs)
     n = x.shape[0]
     changes: dict[str, Any] = {"w": None, "C": n}
     if inputs["storage"] != "float32":
-        changes.update(rerank=True, E=n)
+        changes.update(rerank=True, E=n, T=0)
     out = impl({**inputs, **changes})
     q = np.asarray(inputs["queries"], dtype=np.float32)
     metric = str(inputs["metric"])
@@ -303,7 +307,9 @@ def recall_claim(impl: Impl, inputs: Mapping[str, Any]) -> Optional[Failure]:
     """Where :func:`targets.ann.checks.recall_claim` states a bound, the mean recall@k on
     ``RECALL_QUERIES`` seeded in-distribution queries reaches it with ``RECALL_CONFIDENCE``
     (Hoeffding: the queries are i.i.d. draws, so the verdict fails a correct index with
-    probability at most 1 %, and -- seeded -- never flakes)."""
+    probability at most 1 %, and -- seeded -- never flakes).  Recall is tie-aware up to float32
+    resolution: on subnormal data every squared distance underflows to 0, and no float32 search
+    can rank the neighbours -- that is arithmetic, not a recall the index lost."""
     p = Params.from_inputs(inputs)
     x = reference.all_vectors(inputs)
     out = impl(inputs)
@@ -314,7 +320,8 @@ def recall_claim(impl: Impl, inputs: Mapping[str, Any]) -> Optional[Failure]:
     queries = in_distribution_queries(x, checks.RECALL_QUERIES, p.seed, checks.RECALL_NOISE,
                                       p.w)
     found = impl({**inputs, "queries": queries})
-    got = brute.recall(brute.distances(x, queries, p.metric), _ids(found), p.k)
+    got = brute.recall(brute.distances(x, queries, p.metric), _ids(found), p.k,
+                       bounds.exact_slack(x, queries, p.metric))
     failure = recall(got, bound=bound, confidence=checks.RECALL_CONFIDENCE, name="ann-recall")
     if failure is None:
         return None

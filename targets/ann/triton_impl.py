@@ -90,14 +90,15 @@ class KernelHooks:
         import torch
 
         if visited.dtype not in (np.bool_, np.uint8) or not visited.flags.c_contiguous:
-            raise ValueError("visited must be a C-contiguous bool or uint8 array")
+            raise ValueError(  # pragma: no cover - API guard: the search's visited is C bool
+                "visited must be a C-contiguous bool or uint8 array")
         flags = torch.from_numpy(visited.view(np.uint8))
-        if not self.mirror:
+        if not self.mirror:  # pragma: no branch - the mirror is the GPU path
             return flags  # shares the NumPy buffer: the kernel updates it in place
-        if visited is not self._visited or "visited" not in self._dev:
+        if visited is not self._visited or "visited" not in self._dev:  # pragma: no cover - GPU
             self._visited = visited  # held, so its id cannot be reused by another array
             self._dev["visited"] = flags.to(self.device, copy=True)
-        return self._dev["visited"]
+        return self._dev["visited"]  # pragma: no cover - only on a GPU (device mirror)
 
     # ---------------------------------------------------------------- hooks
 
@@ -116,7 +117,7 @@ class KernelHooks:
             self._ids(frontier), dev["graph"], flags, dev["queries"], dev["stored"],
             metric=index.params.metric, turbo=dev["turbo"])
         ids = new_ids.cpu().numpy()
-        if self.mirror:
+        if self.mirror:  # pragma: no cover - only on a GPU (device mirror of visited)
             rows, cols = np.nonzero(ids >= 0)
             visited[rows, ids[rows, cols]] = True
         return ids, new_dist.cpu().numpy()
