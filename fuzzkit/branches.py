@@ -119,6 +119,7 @@ class Meter:
         self._timelines: dict[str, list[tuple[float, float]]] = {}
         self._started_at: dict[str, float] = {}
         self._last_sample = 0.0
+        self._seen_arcs = 0
         self.running = False
 
     def start(self) -> None:
@@ -142,6 +143,23 @@ class Meter:
         self._started_at[label] = time.monotonic()
         self._last_sample = 0.0
         self._cov.switch_context(label)
+        self._seen_arcs = self.arcs()
+
+    def arcs(self) -> int:
+        """How many distinct arcs (line-to-line transitions) of the current pair's files have run
+        so far, in any context (public coverage.py API: ``get_data`` flushes the tracer)."""
+        if self._label is None:
+            return 0
+        data = self._cov.get_data()
+        data.set_query_contexts(None)
+        return sum(len(data.arcs(f) or ()) for f in self._pair_files[self._label])
+
+    def novelty(self) -> float:
+        """Arcs that ran for the first time since the last call: the score a coverage-steered
+        run hands to ``hypothesis.target`` after each case."""
+        now = self.arcs()
+        new, self._seen_arcs = now - self._seen_arcs, now
+        return float(max(new, 0))
 
     def tick(self, force: bool = False) -> None:
         """Sample the current pair's coverage if ``sample_every`` seconds passed (cheap to call

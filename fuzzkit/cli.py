@@ -72,6 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--coverage", action="store_true",
                    help="measure branch coverage of the code under test (coverage.py) per "
                         "target x implementation: table, summary.json and the HTML report")
+    p.add_argument("--steer", action="store_true",
+                   help="with --coverage: reward cases that run new branches "
+                        "(hypothesis.target), so Hypothesis mutates them further")
     p.add_argument("--known", type=Path, metavar="FILE",
                    help="JSON list of accepted signatures, each with a reason: counted, never "
                         "chased (see fuzzkit.known)")
@@ -190,6 +193,8 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    if args.steer and not args.coverage:
+        raise UsageError("--steer rewards new branches, which --coverage measures: add --coverage")
     if args.memory_mb is not None and not args.isolate:
         raise UsageError("--memory-mb needs --isolate")
     if (args.workers > 1 or args.backend == "ray" or args.resume is not None or args.isolate
@@ -320,7 +325,8 @@ def _run_plan_in_process(args: argparse.Namespace, plan: list[Any], skipped: lis
             result = fuzz(target, impl, budget=share, seed=args.seed, profile=args.profile,
                           case_timeout=args.case_timeout, on_case=counted, known=known,
                           confirm=confirm, on_finding=on_finding,
-                          max_findings=args.max_findings)
+                          max_findings=args.max_findings,
+                          steer=meter.novelty if meter is not None and args.steer else None)
         on_case(result.cases, final=True)
         for case, path in saved:
             findings.append((case.case_id, case.dumps() + "\n"))

@@ -84,3 +84,32 @@ def test_run_with_coverage_writes_table_json_and_html(tmp_path: Path, capsys) ->
     assert (run_dir / "plots" / "coverage_over_time.png").is_file()
     reach = json.loads((run_dir / "reach.json").read_text())
     assert reach["toy-tiles/tiled"]["thresholds"][0]["crossed"]
+
+
+def test_novelty_counts_only_arcs_never_run_before(tiles) -> None:
+    """The steering score: positive for the first case through new code, zero for a repeat."""
+    meter = branches.Meter(["reach_targets"], sample_every=0.0)
+    meter.start()
+    try:
+        meter.pair("toy-tiles/tiled", ["reach_targets"])
+        from hypothesis import find
+
+        impl = tiles.implementation("tiled")
+        inputs = find(tiles.strategy_for(impl), lambda _: True)
+        impl.fn(inputs)
+        first = meter.novelty()
+        impl.fn(inputs)
+        again = meter.novelty()
+    finally:
+        meter.stop()
+    assert first > 0 and again == 0
+
+
+def test_steer_needs_coverage_and_runs_with_it(tmp_path: Path, capsys) -> None:
+    assert main(["run", "toy-tiles", "--budget", "1", "--steer"]) == 2
+    assert "--coverage" in capsys.readouterr().err
+    code = main(["run", "toy-tiles", "--budget", "2", "--coverage", "--steer", "--report-dir",
+                 str(tmp_path / "r"), "--corpus", str(tmp_path / "c"), "--progress", "quiet"])
+    assert code == 0
+    [run_dir] = (tmp_path / "r").iterdir()
+    assert json.loads((run_dir / "coverage.json").read_text())["toy-tiles/tiled"]["branches"] > 0

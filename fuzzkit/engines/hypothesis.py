@@ -118,6 +118,7 @@ def fuzz(
     confirm: Optional[Callable[..., tuple[Case, Any]]] = None,
     on_finding: Optional[Callable[[Case, Any], None]] = None,
     history: int = 64,
+    steer: Optional[Callable[[], float]] = None,
 ) -> FuzzResult:
     """Fuzz ``impl`` against ``target``'s reference for about ``budget`` seconds.
 
@@ -132,7 +133,9 @@ def fuzz(
     ``confirm(case, history, first) -> (case, sequence)`` re-runs a finding in a fresh process
     (see :mod:`fuzzkit.fresh`); ``history`` is the inputs of the cases that ran before it in this
     run (at most ``history`` of them), ``first`` the ``(inputs, history)`` of the signature's
-    first occurrence, before shrinking.  ``checker(target, impl, inputs, *, properties,
+    first occurrence, before shrinking.  ``steer()`` (e.g. :meth:`fuzzkit.branches.Meter.novelty`)
+    scores each case for ``hypothesis.target``, so Hypothesis mutates the cases that reached new
+    branches.  ``checker(target, impl, inputs, *, properties,
     timeout) -> Verdict`` replaces :func:`~fuzzkit.runner.check_case` for every case, e.g. an
     :class:`~fuzzkit.isolation.IsolatedChecker` that runs cases in a child process.
     """
@@ -148,7 +151,8 @@ def fuzz(
         # Hypothesis's own database key would not tell implementations apart.
         slot = database_dir / target.name / _safe_name(impl.name) if database_dir else None
         options["database"] = DirectoryBasedExampleDatabase(str(slot)) if slot else None
-    phases = [Phase.explicit, Phase.reuse, Phase.generate] + ([Phase.shrink] if shrink else [])
+    phases = ([Phase.explicit, Phase.reuse, Phase.generate] + ([Phase.target] if steer else [])
+              + ([Phase.shrink] if shrink else []))
     strategy = target.strategy_for(impl)
     check = checker if checker is not None else check_case
     operations = OperationCounts()
@@ -188,6 +192,8 @@ def fuzz(
         before = list(recent)
         recent.append(inputs)
         verdict = check(target, impl, inputs, properties=properties, timeout=case_timeout)
+        if steer is not None and not chase:
+            hypothesis.target(steer(), label="new branches")
         failure = verdict.failure
         if failure is None:
             return

@@ -96,8 +96,11 @@ def zero_adapter(adapter: Mapping[str, Any], w0: np.ndarray) -> dict[str, Any]:
     if method in ("lora", "dora"):
         ad["B"] = np.zeros_like(np.asarray(ad["B"]))
         if method == "dora":
-            ad["magnitude"] = np.sqrt((np.asarray(w0, np.float64) ** 2).sum(axis=1)
-                                      ).astype(np.float32)
+            # a row norm past float32's range becomes inf: validate() then rejects the
+            # zero-initialised case and the property does not apply (no warning needed)
+            with np.errstate(over="ignore"):
+                ad["magnitude"] = np.sqrt((np.asarray(w0, np.float64) ** 2).sum(axis=1)
+                                          ).astype(np.float32)
     elif method == "vera":
         ad["lambda_b"] = np.zeros_like(np.asarray(ad["lambda_b"]))
     elif method in ("oft", "boft"):
