@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Optional, Sequence
 
-from targets.paged_kv.optimized import OptimizedManager
+from targets.paged_kv.optimized import OptimizedManager, thresholds
 from targets.paged_kv.protocol import Allocation, Config
 
 
@@ -61,6 +61,10 @@ def _rid(request: EngineRequest) -> int:
 
 class EngineAdapter:
     """fuzzkit's protocol on top of :class:`Engine`."""
+
+    #: The sizes where the engine's code changes path (its block tables' rows and width), for
+    #: fuzzkit's strategy to aim at (optional; see ``targets.paged_kv.manager_implementation``).
+    thresholds = staticmethod(thresholds)
 
     def __init__(self, config: Config) -> None:
         self.engine = Engine(config.num_blocks, config.block_size, config.sliding_window)

@@ -77,11 +77,16 @@ class Case:
     extra_cols: int
     q_scale: float
     seed: int
+    #: launch tiles (None: the mode's defaults): tokens per write program, rows per attention
+    #: program -- small ones put a few dozen tokens into several programs
+    block_t: Optional[int] = None
+    block_m: Optional[int] = None
 
 
 @st.composite
 def cases(draw: Any, dtypes: tuple[str, ...] = tuple(DTYPES), max_requests: int = 4,
-          max_seq: int = 40, windows: bool = True) -> Case:
+          max_seq: int = 40, windows: bool = True, small_tiles: bool = False,
+          q_scales: tuple[float, ...] = Q_SCALES) -> Case:
     n = draw(st.integers(1, max_requests))
     seq_lens = tuple(draw(st.integers(1, max_seq)) for _ in range(n))
     q_lens = tuple(draw(st.integers(1, s)) for s in seq_lens)
@@ -94,7 +99,9 @@ def cases(draw: Any, dtypes: tuple[str, ...] = tuple(DTYPES), max_requests: int 
         head_dim=draw(st.sampled_from([8, 16, 32])),
         seq_lens=seq_lens, q_lens=q_lens, window=window,
         spare_blocks=draw(st.integers(0, 3)), extra_cols=draw(st.integers(0, 2)),
-        q_scale=draw(st.sampled_from(Q_SCALES)), seed=draw(st.integers(0, 2**31 - 1)),
+        q_scale=draw(st.sampled_from(q_scales)), seed=draw(st.integers(0, 2**31 - 1)),
+        block_t=draw(st.sampled_from([4, 8])) if small_tiles else None,
+        block_m=draw(st.sampled_from([16, 32])) if small_tiles else None,
     )
 
 
@@ -209,18 +216,20 @@ def run(built: Built, guarded: bool = False, shadow: Optional[K.GuardShadow] = N
         K.write_kv_guarded(built.write_key, built.write_value, built.key_cache,
                            built.value_cache, built.slot_mapping,
                            token_request=built.token_request, token_pos=built.token_pos,
-                           shadow=shadow)
+                           shadow=shadow, block_t=built.case.block_t)
         K.paged_attention_guarded(
             built.query, built.key_cache, built.value_cache, built.block_tables,
             built.seq_lens, built.query_start_loc, out, sliding_window=window,
             request_ids=torch.arange(len(built.case.seq_lens), dtype=torch.int32,
-                                     device=out.device), shadow=shadow, lowp_dot=lowp_dot)
+                                     device=out.device), shadow=shadow, lowp_dot=lowp_dot,
+            block_m=built.case.block_m)
     else:
         K.write_kv(built.write_key, built.write_value, built.key_cache, built.value_cache,
-                   built.slot_mapping)
+                   built.slot_mapping, block_t=built.case.block_t)
         K.paged_attention(built.query, built.key_cache, built.value_cache, built.block_tables,
                           built.seq_lens, built.query_start_loc, out, sliding_window=window,
-                          max_query_len=max(built.case.q_lens), lowp_dot=lowp_dot)
+                          max_query_len=max(built.case.q_lens), lowp_dot=lowp_dot,
+                          block_m=built.case.block_m)
     return out
 
 
@@ -240,6 +249,26 @@ def verdict(case: Case, guarded: bool = False, lowp_dot: Optional[bool] = None) 
 def test_attention_matches_float64_reference(case: Case) -> None:
     failure, _ = verdict(case)
     assert failure is None, f"{case}: {failure.message}"
+
+
+@settings(max_examples=30, **SETTINGS)
+@given(cases(small_tiles=True, max_seq=48))
+def test_small_launch_tiles_match_the_reference(case: Case) -> None:
+    """Tiles are launch parameters (the fuzzing driver launches small ones under the
+    interpreter): several token and query tiles per launch give the same answers."""
+    failure, _ = verdict(case)
+    assert failure is None, f"{case}: {failure.message}"
+    failure, shadow = verdict(case, guarded=True)
+    assert failure is None and not shadow.violations(), case
+
+
+def test_tile_parameters_are_checked() -> None:
+    assert K.write_tiles(40, 16, block_t=8, block_e=8) == (8, 8)
+    with pytest.raises(ValueError, match="powers of two"):
+        K.write_tiles(40, 16, block_t=6)
+    assert K.attention_config(8, 2, 40, torch.float32, block_m=16).block_q == 8
+    with pytest.raises(ValueError, match="block_m"):
+        K.attention_config(8, 4, 40, torch.float32, block_m=8)
 
 
 @settings(max_examples=25, **SETTINGS)
@@ -593,6 +622,11 @@ MUTANT_SETUP: dict[str, tuple[Any, set[int]]] = {
     "softmax-max-not-updated": (cases(), set()),
     "window-off-by-one": (cases(), set()),
     "wrong-output-row": (cases(), set()),
+    # past a tile: only launches of several token / query tiles show these
+    "write-tile-offset-dropped": (cases(small_tiles=True), set()),
+    "query-tile-position-dropped": (cases(small_tiles=True, max_seq=48), set()),
+    # an extreme value: rows whose scores all lie far below 0
+    "running-max-zero-init": (cases(q_scales=(300.0,)), set()),
 }
 MAX_EXAMPLES_TO_CATCH = 25
 

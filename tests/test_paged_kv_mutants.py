@@ -106,6 +106,26 @@ def handed_over_session() -> dict[str, Any]:
 # mutant name -> (program, expected failure signature).  The comment says where the bug shows.
 
 CASES: dict[str, tuple[dict[str, Any], str]] = {
+    # past the tables' 8 rows: the 9th live request gets row 7, still request 7's, and wipes it
+    "row-growth-hands-out-live-row": (
+        program(12, 1, [[add(r, [r]), allocate(r, 1)] for r in range(8)] + [add(8, [8])]),
+        "invariant:paged_kv:ref-cnt-holders:add"),
+    # a 17-entry table allocated at once into rows 8 wide: one doubling (16) is not enough
+    "table-widen-doubles-once": (
+        program(19, 1, [add(0, list(range(17))), allocate(0, 17)]),
+        "crash:ValueError@targets/paged_kv/optimized.py:_append_table"),
+    # both sides of the fork decode a block and publish it: request 1's block [1, 3] is cached
+    # under request 0's hash of [1, 2], so a prompt [1, 3, ...] finds one block, not two
+    "fork-aliases-hash-chain": (
+        program(6, 1, [serve(0, [1]), fork(0, 1),
+                       append(0, [2]), allocate(0, 1), op("write", 0), op("publish", 0),
+                       append(1, [3]), allocate(1, 1), op("write", 1), op("publish", 1),
+                       add(2, [1, 3, 9])]),
+        "mismatch:trace:add:exact:step['result']"),
+    # tokens 0 and 65536 are equal in 16 bits: the second prompt hits the first's block
+    "token-ids-hashed-as-uint16": (
+        program(4, 1, [serve(0, [0, 1]), op("finish", 0), add(1, [65536, 1])]),
+        "mismatch:trace:add:exact:step['result']"),
     # w=1: both blocks leave the window and go to the front; the next block the request needs is
     # its own trimmed block 1, so the store list names it twice and finish frees it twice.
     "free-duplicate-block": (

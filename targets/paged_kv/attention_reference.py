@@ -60,7 +60,13 @@ the approximate ``ex2.approx.f32`` (relative error <= 2**-22 = 2v) and ``div.ful
    ``2**-126`` (flushed to zero on a GPU), and, when ``P`` is rounded to float16, weights in
    float16's subnormal range (absolute error ``<= 2**-25``).  The max key's weight is ``~1``, so
    ``l >= ~1`` and ``U_d = 2 n (2**-126 + h_s) max_j |v_jd|`` (``h_s = 2**-25`` float16,
-   ``2**-134`` bfloat16, ``0`` float32; the 2 absorbs ``1/l`` and the output rounding).
+   ``2**-134`` bfloat16, ``0`` float32; the 2 absorbs ``1/l`` and the output rounding).  The
+   values' side underflows too when ``V`` is tiny or subnormal: a GPU flushes subnormal
+   float32 inputs and results to zero, an absolute error below ``2**-126`` in each product
+   ``p_j v_jd``, each partial sum and each rescale of the accumulator (at most ``3n`` of them)
+   and in the division -- ``(3n + 1) 2**-126`` more in ``U_d`` (``l >= 1``: the max key's
+   weight is ``exp2(0) = 1``).  Without it, a tiny ``V`` (norms near ``1e-37``) attended
+   over a few dozen keys would exceed the bound on a GPU while being right.
 
 The reference's own float64 error (~1e-16 relative) is negligible next to ``kappa >= 2 u_s``.
 For 16-bit storage ``kappa ~ 3 u_s`` (output rounding, ``P`` rounding); for float32 it is
@@ -173,7 +179,10 @@ def kappa(dtype: Any, head_dim: int, keys_used: Any, sigma: Any) -> np.ndarray:
     g_a = g(3.0 * n + 1.0)
     g_a = (1.0 + g_a) * (1.0 + us) - 1.0  # P rounded to the storage dtype (tensor cores)
     g_l = g(3.0 * n)
-    x_hi = np.exp(2 * e) * (1 + g_a) * (1 + 2 * V32) * (1 + 2 * us) / (1 - g_l)
+    # Score magnitudes beyond ~1e8 (huge queries and keys) make exp(2E) overflow: kappa = inf,
+    # the bound is vacuous there -- float32 scores that large carry absolute errors beyond 1.
+    with np.errstate(over="ignore"):
+        x_hi = np.exp(2 * e) * (1 + g_a) * (1 + 2 * V32) * (1 + 2 * us) / (1 - g_l)
     x_lo = np.exp(-2 * e) * (1 - g_a) * (1 - 2 * V32) * (1 - 2 * us) / (1 + g_l)
     return np.maximum(x_hi - 1.0, 1.0 - x_lo)
 
@@ -194,7 +203,8 @@ class Reference:
         """``U_d`` of the module docstring."""
         h = _HALF_SUBNORMAL[_dtype_name(dtype)]
         n = self.keys_used.astype(np.float64)[:, None, None]
-        return 2.0 * n * (2.0**-126 + h) * self.vmax
+        flushed = (3.0 * n + 1.0) * 2.0**-126  # subnormal products and sums flushed (FTZ)
+        return 2.0 * n * (2.0**-126 + h) * self.vmax + flushed
 
     def kappa(self, dtype: Any) -> np.ndarray:
         """``kappa`` per row ``[T_total, H]``."""

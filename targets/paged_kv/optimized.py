@@ -43,12 +43,13 @@ from typing import Any, Iterator, Optional, Sequence
 
 import numpy as np
 
+from fuzzkit.reach import Threshold
 from targets.paged_kv import hashing
 from targets.paged_kv.hashing import BlockHash, ExtraKeys
 from oracles.kvguard import NULL_GUARD
 from targets.paged_kv.protocol import EVICTIONS, Allocation, Config
 
-__all__ = ["KVCacheBlock", "FreeKVCacheBlockQueue", "OptimizedManager"]
+__all__ = ["KVCacheBlock", "FreeKVCacheBlockQueue", "OptimizedManager", "thresholds"]
 
 
 class KVCacheBlock:
@@ -100,7 +101,8 @@ class FreeKVCacheBlockQueue:
 
     def _link_between(self, block: KVCacheBlock, prev: KVCacheBlock, nxt: KVCacheBlock) -> None:
         if block.prev_free_block is not None or block.next_free_block is not None:
-            raise ValueError(f"block {block.block_id} is already in the free queue")
+            raise ValueError(  # pragma: no cover - defensive: callers never link twice
+                f"block {block.block_id} is already in the free queue")
         block.prev_free_block = prev
         block.next_free_block = nxt
         prev.next_free_block = block
@@ -119,7 +121,8 @@ class FreeKVCacheBlockQueue:
         """Unlink ``block`` from anywhere in the queue."""
         prev, nxt = block.prev_free_block, block.next_free_block
         if prev is None or nxt is None:
-            raise ValueError(f"block {block.block_id} is not in the free queue")
+            raise ValueError(  # pragma: no cover - defensive: callers check first
+                f"block {block.block_id} is not in the free queue")
         prev.next_free_block = nxt
         nxt.prev_free_block = prev
         block.prev_free_block = block.next_free_block = None
@@ -129,7 +132,7 @@ class FreeKVCacheBlockQueue:
         """Remove and return the front block."""
         first = self.head.next_free_block
         if first is None or first is self.tail:
-            raise ValueError("no free blocks")
+            raise ValueError("no free blocks")  # pragma: no cover - _fits checks first
         self.remove(first)
         return first
 
@@ -178,9 +181,10 @@ class OptimizedManager:
 
     def __init__(self, config: Config, guard: Any = NULL_GUARD) -> None:
         if config.num_blocks < 1 or config.block_size < 1:
-            raise ValueError(f"bad config {config}")
+            raise ValueError(f"bad config {config}")  # pragma: no cover - validate() rejects
         if config.sliding_window is not None and config.sliding_window < 1:
-            raise ValueError(f"bad sliding window {config.sliding_window}")
+            raise ValueError(  # pragma: no cover - validate() rejects it
+                f"bad sliding window {config.sliding_window}")
         self.config = config
         self.num_blocks = config.num_blocks
         self.block_size = config.block_size
@@ -343,7 +347,7 @@ class OptimizedManager:
         """``tables[row, :length]``; empty for an unknown id (the protocol's rule)."""
         req = self.requests.get(rid)
         if req is None:
-            return []
+            return []  # pragma: no cover - the driver asks only for registered requests
         return self.tables[req.row, :self.row_lens[req.row]].tolist()
 
     def slot_mapping(self, rid: int, positions: Sequence[int]) -> np.ndarray:
@@ -528,9 +532,9 @@ class OptimizedManager:
         hash for the stale-hash-after-eviction bug (kvcached #362)."""
         block_hash = block.block_hash
         if block_hash is None:
-            return
+            return  # pragma: no cover - defensive: callers evict only hashed blocks
         candidates = self.cached.get(block_hash)
-        if candidates is not None:
+        if candidates is not None:  # pragma: no branch - defensive: a hash is in the map
             candidates.pop(block.block_id, None)
             if not candidates:
                 del self.cached[block_hash]
@@ -797,3 +801,17 @@ class OptimizedManager:
         """The request's table as block objects, in table order (null entries included)."""
         blocks = self.blocks
         return [blocks[i] for i in self.tables[req.row, :self._table_len(req)].tolist()]
+
+
+def thresholds() -> tuple[Threshold, ...]:
+    """The sizes where this manager's code changes path (see :mod:`fuzzkit.reach`): the NumPy
+    block tables start at ``INITIAL_ROWS x INITIAL_BLOCKS_PER_ROW`` and grow on demand."""
+    rows, cols = OptimizedManager.INITIAL_ROWS, OptimizedManager.INITIAL_BLOCKS_PER_ROW
+    return (
+        Threshold("live_requests", rows, f"NumPy block tables: {rows} rows; request "
+                  f"{rows + 1} (registered at once) grows them (_grow_rows: rows double, new "
+                  "row ids)", cap=20),
+        Threshold("table_blocks", cols, f"NumPy block tables: {cols} entries per row; a "
+                  f"{cols + 1}th widens every row (_ensure_blocks_per_row: to max(length, "
+                  "2 x width))", cap=36),
+    )

@@ -94,7 +94,10 @@ same id does not make its own history shared.
 
 A manager class declares the policies it implements in a class attribute ``eviction_policies``
 (a tuple of names); one without it implements "lru" only, and fuzzkit passes its cases of other
-policies without running them (see :func:`supports`).
+policies without running them (see :func:`supports`).  It may also declare ``thresholds``
+(``fuzzkit.reach.Threshold`` records, or a zero-argument callable returning them): the sizes
+where its code changes path -- "live_requests", "table_blocks", "request_id" ... as measured
+by :mod:`targets.paged_kv.sizes` -- which the strategy then aims at.
 
 Operations on an unknown request id return None and change nothing; so does ``add_request``
 with an id that exists.  A request "holds no blocks" when its table is empty (a table trimmed
@@ -120,8 +123,9 @@ class Config:
 
     def __post_init__(self) -> None:
         if self.eviction not in EVICTIONS:
-            raise ValueError(f"unknown eviction policy {self.eviction!r} (known: "
-                             f"{', '.join(EVICTIONS)})")
+            raise ValueError(  # pragma: no cover - validate() rejects unknown policies
+                f"unknown eviction policy {self.eviction!r} (known: "
+                f"{', '.join(EVICTIONS)})")
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "Config":

@@ -1,205 +1,897 @@
-"""Programs for the paged KV target: small pools, shared prefixes, lengths at block edges.
+"""Programs for the paged KV target: every operation sequence, every size where the code turns.
 
 Bugs in KV cache managers live at edges: a prompt of exactly ``k*b`` tokens (full-prompt hits),
 ``k*b ± 1`` (off-by-one block counts), a pool small enough that every allocation evicts, two
 requests sharing a document prefix (hits), the same tokens under another adapter or salt
-(incomplete keys), forks followed by divergent decoding (copy-on-write), windows (trimming).
-Eviction policies live where a cached history is partly evicted: an agent turn that returns with
-its old tokens plus more after other requests pushed the pool (penelope's holes and refills,
-session eviction taking a whole history).  The strategy aims every draw at one of those edges.
-A program is a flat list of operation records, so Hypothesis shrinks it by deleting steps.
+(incomplete keys), forks followed by divergent decoding on *both* sides (copy-on-write of the
+shared last block, then a write in place by the last holder), windows (trimming), preemption
+and re-admission, a prefix-cache reset while requests still hold blocks.  Eviction policies
+live where a cached history is partly evicted: an agent turn that returns with its old tokens
+plus more after other requests pushed the pool (penelope's holes and refills, session eviction
+taking a whole history).  And the optimized manager and the kernels change path at sizes a
+handful of small requests never reach: more live requests than the block tables have rows, a
+table longer than its row, more request ids than the guard's device shadow has rows, more
+queries than one query tile, more keys than one key step, more tokens than one write program.
+
+How a program is drawn:
+
+* **Sizes first** (:class:`_Plan`): the crowd of requests live at once, the length of the long
+  request's table, the largest request id and the token lengths of big prefills are drawn with
+  :func:`fuzzkit.reach.size` against the thresholds the implementation declares (boundary
+  values ``t±1``, ``2t±1`` and above, in a stated share of programs); in about half the
+  programs the pool is then sized so that the planned requests fit, the others keep a small
+  pool (eviction pressure, refused allocations).
+* **Swarm testing** (:func:`fuzzkit.program.swarm`): each program enables a random subset of
+  the chunk kinds of :data:`CHUNKS`, each with a random weight, so that some programs are all
+  forks, some all preemptions, some never reset.
+* **Chunks** are short, meaningful operation sequences (a prefill, a decode step, a mixed
+  batch, a crowd of requests in one forward pass...) and the follow-ups bugs hide in: a fork
+  whose sides *all* continue (then the winning beam returns as a prompt), preemption and
+  re-admission, a reset while requests hold blocks, a request added now and scheduled after
+  others evicted its hits; plus random single steps of every kind, so that every ordered pair
+  of operations occurs.  A generation-time model of which requests are registered
+  (:class:`_Gen`) aims them at live requests, with a share of unknown ids and refused adds.
+* **Values**: tokens come from a per-program alphabet (small ids mostly; sometimes ids equal
+  modulo ``2**16`` or ``2**32``, or at the int32 / int64 edges), adapters and salts include
+  values equal modulo 256 and ``2**32``; the guarded driver's query / key / value vectors get
+  kinds from :mod:`fuzzkit.values` (``kv_values``: zero keys, ties, tiny, subnormal, huge).
+
+A program is a flat list of operation records, so Hypothesis (and ddmin) shrink it by deleting
+steps.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+import functools
+import random
+from typing import Any, Callable, Optional, Sequence
 
 from hypothesis import strategies as st
 
-TOKENS = st.integers(0, 3)  # a tiny vocabulary: prefixes repeat, weak hashes collide
-RIDS = st.integers(0, 2)
+from fuzzkit import program as swarming
+from fuzzkit import reach, values
+
+Ops = list[dict[str, Any]]
+Draw = Callable[[Any], Any]
+
+#: Token alphabets (index -> token id): a program's tokens are indices 0..7 (0..3 in documents
+#: and prompts, 4..7 only as filler that never hits a history), mapped through one alphabet.
+#: Small ids make prefixes repeat and weak hashes collide; the others put distinct tokens that
+#: are equal modulo ``2**16`` / ``2**32`` (narrow token storage) side by side, or sit at the
+#: int32 / uint32 / int64 edges.
+ALPHABETS: tuple[tuple[tuple[int, ...], int], ...] = (
+    ((0, 1, 2, 3, 4, 5, 6, 7), 16),
+    ((0, 2**16, 1, 2**16 + 1, 4, 5, 6, 7), 2),
+    ((0, 2**32, 1, 2**32 + 1, 4, 5, 6, 7), 2),
+    ((2**31 - 1, 2**31, 2**32 - 1, 2**63 - 1, 4, 5, 6, 7), 1),
+)
+#: Adapter and salt values: mostly none, small ids (0 and 1: untagged keys collide), and ids
+#: equal to 0 modulo 256 and ``2**32`` (narrow LoRA-id / salt fields).
+EXTRA_KEYS: tuple[tuple[Optional[int], int], ...] = (
+    (None, 16), (0, 4), (1, 4), (256, 1), (2**32, 1), (2**31 - 1, 1))
+#: The chunk kinds and their default swarm weights (see the module docstring).
+CHUNKS: tuple[tuple[str, int], ...] = (
+    ("serve", 14), ("served_and_done", 12), ("add", 8), ("step", 14), ("decode", 12),
+    ("batch", 14), ("single", 10), ("allocate_only", 5), ("append", 5), ("fork", 6),
+    ("fork_both", 10), ("crowd", 4), ("long", 5), ("wide", 8), ("preempt_resume", 8),
+    ("reset_live", 4), ("admit_later", 8), ("steps", 24), ("sessions", 3), ("reset", 1),
+)
+#: The protocol's operations (``targets.paged_kv.driver.OPS``), for single steps.
+OPERATIONS = ("add", "allocate", "write", "forward", "publish", "append", "fork", "preempt",
+              "trim", "finish", "reset")
+#: Token sizes the kernels see (``targets.paged_kv.sizes``): big prefills aim at them.
+TOKEN_SIZES = ("query_len", "key_span", "batch_tokens")
+#: Block sizes: small mostly (every few tokens cross a block edge); 8 and 16 (vLLM's default)
+#: sometimes.
+BLOCK_SIZES: tuple[tuple[int, int], ...] = ((1, 6), (2, 6), (3, 4), (4, 4), (8, 1), (16, 1))
+#: Token slots (``num_blocks * block_size``) of a pool unless the plan needs more: a guarded
+#: case pays for every token it prefills (the interpreter runs the attention kernel), and a
+#: returning session fills the whole pool.
+SLOTS = 96
+#: Tokens of the long request at most (its table length times the block size).
+LONG_TOKENS = 96
+#: Operations the last chunk of a program may run past ``max_steps``.
+OVERRUN = 40
+#: Operations of a program (before its last chunk's overrun), and for an implementation that
+#: launches the kernels (see :func:`inputs`).
+STEPS, KERNEL_STEPS = 60, 40
+#: The largest crowd and long-table length of the plain (base) distributions of :func:`_plan`.
+PLAIN_CROWD, PLAIN_LONG_BLOCKS = 5, 7
 
 
-def _edge_length(block_size: int, max_blocks: int = 5) -> st.SearchStrategy[int]:
-    """Lengths at ``k*b - 1``, ``k*b`` and ``k*b + 1`` mostly, anything up to the max sometimes."""
-    edge = st.builds(lambda k, d: max(1, k * block_size + d),
-                     st.integers(1, max_blocks), st.sampled_from([-1, 0, 0, 1]))
-    return st.one_of(edge, edge, edge, st.integers(1, max_blocks * block_size + 1))
+# Strategies are built once and cached: a fresh ``_ints(...)`` per draw costs Hypothesis a
+# validation pass each time, which was most of the time a program took to draw.
+BOOLS = st.booleans()
 
 
+@functools.lru_cache(maxsize=None)
+def _ints(lo: int, hi: int) -> st.SearchStrategy[int]:
+    return st.integers(lo, hi)
+
+
+@functools.lru_cache(maxsize=None)
+def _int_lists(lo: int, hi: int, min_size: int, max_size: int) -> st.SearchStrategy[list[int]]:
+    return st.lists(_ints(lo, hi), min_size=min_size, max_size=max_size)
+
+
+@functools.lru_cache(maxsize=4096)
+def _pick(items: tuple[Any, ...]) -> st.SearchStrategy[Any]:
+    return st.sampled_from(items)
+
+
+@functools.lru_cache(maxsize=None)
+def _uniform(count: int) -> st.SearchStrategy[int]:
+    """``0 .. count - 1`` close to uniformly: the sum of two draws modulo ``count``.  A single
+    draw is 0 far more often than its share (a quarter of the draws in a long program), which
+    would make the first of a few choices the common one; this still shrinks to 0."""
+    return st.tuples(_ints(0, count - 1), _ints(0, count - 1)).map(
+        lambda pair: (pair[0] + pair[1]) % count)
+
+
+def _choose(draw: Draw, table: Sequence[tuple[Any, int]]) -> Any:
+    """:func:`fuzzkit.values.choose` (a weighted choice that shrinks to the first item) with a
+    cached integer strategy."""
+    k = draw(_ints(0, sum(weight for _, weight in table) - 1))
+    for item, weight in table:
+        if k < weight:
+            return item
+        k -= weight
+    return table[-1][0]  # pragma: no cover - unreachable: k < total
+
+
+@functools.lru_cache(maxsize=None)
 def _eviction() -> st.SearchStrategy[str]:
     """Half "lru" (the default keeps its coverage), 3 in 10 "penelope", 2 in 10 "session";
     shrinks to "lru" when the policy does not matter."""
-    return st.integers(0, 9).map(lambda k: "lru" if k < 5 else "session" if k < 7 else "penelope")
+    return _uniform(10).map(lambda k: "lru" if k < 5 else "session" if k < 7 else "penelope")
+
+
+@functools.lru_cache(maxsize=None)
+def _edge_length(block_size: int) -> st.SearchStrategy[int]:
+    """Lengths at ``k*b - 1``, ``k*b`` and ``k*b + 1`` mostly, anything up to the max sometimes
+    (``k`` up to 5 blocks, fewer for big blocks: at most about 48 tokens)."""
+    max_blocks = min(5, max(2, 48 // block_size))
+    edge = st.builds(lambda k, d: max(1, k * block_size + d),
+                     _ints(1, max_blocks), st.sampled_from([-1, 0, 0, 1]))
+    return st.one_of(edge, edge, edge, _ints(1, max_blocks * block_size + 1))
+
+
+def _add(rid: int, tokens: list[int], adapter: Any = None, salt: Any = None) -> dict[str, Any]:
+    return {"op": "add", "rid": rid, "tokens": tokens, "adapter": adapter, "salt": salt}
+
+
+def _op(name: str, rid: int) -> dict[str, Any]:
+    return {"op": name, "rid": rid}
+
+
+def _allocate(rid: int, n: int) -> dict[str, Any]:
+    return {"op": "allocate", "rid": rid, "n": n}
 
 
 def _serve(rid: int, tokens: list[int], adapter: Any = None,
-           salt: Any = None) -> list[dict[str, Any]]:
+           salt: Any = None) -> Ops:
     """A whole prefill: the common path, and what makes later prompts hit."""
-    return [{"op": "add", "rid": rid, "tokens": tokens, "adapter": adapter, "salt": salt},
-            {"op": "allocate", "rid": rid, "n": len(tokens)}, {"op": "write", "rid": rid},
-            {"op": "publish", "rid": rid}]
+    return [_add(rid, tokens, adapter, salt), _allocate(rid, len(tokens)), _op("write", rid),
+            _op("publish", rid)]
 
 
-Turn = tuple[int, int, int, list[int], list[int]]
+# ------------------------------------------------------------------------------ sessions
+
+Turn = tuple[int, int, int, int, list[int]]
 
 
-def _session(block_size: int, num_blocks: int, rid: int, history: list[int],
-             turns: list[Turn]) -> list[dict[str, Any]]:
-    """An agent session: every request ends (the pool holds only free and cached blocks),
-    ``rid`` is served and finishes; then each turn ``(evicted, split, offset, filler, more)``
-    serves other requests (``filler`` tokens in whole blocks; ``split`` of them to a first
-    request and the rest to a second, 0: one request) whose blocks are exactly the free ones
+def _seeded(seed: int, count: int, first: int) -> list[int]:
+    """``count`` tokens in ``first .. first + 3`` from a seed -- one draw instead of one per
+    token; seed 0 (the shrink target) gives ``first`` throughout."""
+    rng = random.Random(seed)
+    return [first + (rng.randrange(4) if seed else 0) for _ in range(count)]
+
+
+def _filler(seed: int, count: int) -> list[int]:
+    """``count`` filler tokens (4..7: outside the documents' vocabulary, so they never hit a
+    history) from a seed."""
+    return _seeded(seed, count, 4)
+
+
+def _session(block_size: int, num_blocks: int, ids: Sequence[int], live: Sequence[int],
+             history: list[int], turns: list[Turn]) -> Ops:
+    """An agent session: every live request ends (the pool holds only free and cached blocks),
+    ``ids[0]`` is served and finishes; then each turn ``(evicted, split, offset, seed, more)``
+    serves other requests (filler tokens from ``seed``, in whole blocks; ``split`` of them to a
+    first request and the rest to a second, 0: one request) whose blocks are exactly the free ones
     plus ``evicted`` of the session's cached history (whole-session eviction takes it all),
     and the session returns with its tokens plus ``more``, under its own id or (``offset``)
-    another's -- a handed-over session, whose hits make the history shared.  Under penelope
-    the front of the history is gone and its tail kept: a hole to refill, allocated twice (the
-    hole, then what follows the suffix); a second turn after a handed-over one meets a suffix
-    with a gap."""
+    another of ``ids`` -- a handed-over session, whose hits make the history shared.  Under
+    penelope the front of the history is gone and its tail kept: a hole to refill, allocated
+    twice (the hole, then what follows the suffix); a second turn after a handed-over one meets
+    a suffix with a gap."""
     b = block_size
-    ops = [{"op": "finish", "rid": r} for r in range(3)]
-    ops += _serve(rid, history) + [{"op": "finish", "rid": rid}]
+    rid = ids[0]
+    ops = [_op("finish", r) for r in dict.fromkeys([*live, *ids])]
+    ops += _serve(rid, history) + [_op("finish", rid)]
     tokens = history
-    for turn, (evicted, split, offset, filler, more) in enumerate(turns):
+    for turn, (evicted, split, offset, seed, more) in enumerate(turns):
+        filler = _filler(seed, num_blocks * b)
         full = len(tokens) // b
-        who = (rid + offset) % 3
+        who = ids[offset % len(ids)]
         pressure = max(1, num_blocks - 1 - full + max(1, min(evicted, full - 1)))
         cut = min(pressure - 1, split)
         for index, blocks in enumerate((cut, pressure - cut) if cut > 0 else (pressure,)):
-            other = (who + 1 + index) % 3
-            ops += _serve(other, filler[:blocks * b] or [4]) + [{"op": "finish", "rid": other}]
+            other = ids[(ids.index(who) + 1 + index) % len(ids)]
+            ops += _serve(other, filler[:blocks * b] or [4]) + [_op("finish", other)]
         tokens = tokens + more
-        again = [{"op": "allocate", "rid": who, "n": len(tokens)}, {"op": "write", "rid": who}]
-        ops += [{"op": "add", "rid": who, "tokens": tokens}, *again, *again,
-                {"op": "publish", "rid": who}]
+        again = [_allocate(who, len(tokens)), _op("write", who)]
+        ops += [_add(who, tokens), *again, *again, _op("publish", who)]
         if turn < len(turns) - 1:
-            ops.append({"op": "finish", "rid": who})
+            ops.append(_op("finish", who))
     return ops
 
 
-def _sessions(block_size: int, documents: list[list[int]],
-              num_blocks: int) -> st.SearchStrategy[list[dict[str, Any]]]:
-    """Sessions (:func:`_session`) whose first history is a document cut at 3 to 6 whole
-    blocks (that fit the pool), maybe plus a partial one; one or two returning turns."""
-    b = block_size
-
-    def of(full: int) -> st.SearchStrategy[list[dict[str, Any]]]:
-        histories = st.builds(lambda d, tail: documents[d][:full * b] + tail,
-                              st.integers(0, len(documents) - 1),
-                              st.lists(TOKENS, max_size=b - 1))
-        # filler tokens lie outside the documents' vocabulary: they never hit the history
-        filler = st.lists(st.integers(4, 7), min_size=num_blocks * b, max_size=num_blocks * b)
-        turn = st.tuples(st.integers(1, 6), st.integers(0, num_blocks - 2),
-                         st.sampled_from([0, 1, 2]), filler,
-                         st.lists(TOKENS, min_size=1, max_size=3 * b))
-        return st.builds(_session, st.just(b), st.just(num_blocks), RIDS, histories,
-                         st.lists(turn, min_size=1, max_size=2))
-
-    return st.integers(3, max(3, min(6, num_blocks - 2))).flatmap(of)
+# ------------------------------------------------------------------------------ the plan
 
 
-def _ops(block_size: int, documents: list[list[int]], num_blocks: int = 8,
-         eviction: str = "lru") -> st.SearchStrategy[list[dict[str, Any]]]:
-    b = block_size
+@dataclasses.dataclass(frozen=True)
+class _Plan:
+    """The sizes a program aims at (drawn before anything else)."""
 
-    def prompt(doc_index: int, cut: int, suffix: list[int]) -> list[int]:
-        return documents[doc_index][:cut] + suffix
+    ids: int  # request ids 0 .. ids - 1
+    crowd: int  # requests registered at once by a crowd chunk
+    long_blocks: int  # table entries of the long request
+    big_tokens: tuple[int, ...]  # tokens of big prefills (one request, one forward pass)
 
-    prompts = st.builds(prompt, st.integers(0, len(documents) - 1), _edge_length(b),
-                        st.lists(TOKENS, max_size=b + 1))
-    extra = st.sampled_from([None, None, None, None, 0, 1])
-    add = st.builds(lambda r, t, a, s: [{"op": "add", "rid": r, "tokens": t, "adapter": a,
-                                         "salt": s}],
-                    RIDS, prompts.filter(bool), extra, extra)
-    sizes = st.sampled_from(sorted({1, max(1, b - 1), b, b + 1, 2 * b, 4 * b + 1}))
 
-    serve_ = st.builds(_serve, RIDS, prompts.filter(bool), extra, extra)
-    # a finished request leaves its published blocks cached: the next prompt can hit them
-    served_and_done = st.builds(lambda ops: ops + [{"op": "finish", "rid": ops[0]["rid"]}],
-                                serve_)
-    step = st.builds(lambda r, n, publish: [{"op": "allocate", "rid": r, "n": n},
-                                            {"op": "write", "rid": r}]
-                     + ([{"op": "publish", "rid": r}] if publish else []),
-                     RIDS, sizes, st.booleans())
-    def decode_step(rid: int, tokens: list[int], trim_in_flight: bool,
-                    publish: bool) -> list[dict[str, Any]]:
-        """One decode step; with ``trim_in_flight`` the window is trimmed while the step's KV is
-        still being written (async scheduling order), where trims that count unwritten tokens
-        free blocks too early.  Without ``publish`` trimmed blocks are unhashed, go to the front
-        of the free queue and come straight back to the next allocation."""
-        write, trim = {"op": "write", "rid": rid}, {"op": "trim", "rid": rid}
-        return [{"op": "append", "rid": rid, "tokens": tokens},
-                {"op": "allocate", "rid": rid, "n": len(tokens)},
+def _plan(draw: Draw, thresholds: Sequence[reach.Threshold]) -> _Plan:
+    top_id = reach.size(draw, "request_id", thresholds, lo=2, hi=24, base=_ints(2, 5))
+    crowd = reach.size(draw, "live_requests", thresholds, lo=2, hi=22, base=_ints(2, PLAIN_CROWD))
+    long_blocks = reach.size(draw, "table_blocks", thresholds, lo=1, hi=40,
+                             base=_ints(2, PLAIN_LONG_BLOCKS))
+    base = _ints(1, 24)
+    big = []
+    # one big prefill aimed at each threshold of a token size, the largest tile first (the
+    # early ``wide`` chunk prefills it: one draw among all of a size's thresholds realised the
+    # boundaries of the larger tile in a few programs of a hundred)
+    aimed = sorted((t for name in TOKEN_SIZES for t in reach.of_size(thresholds, name)),
+                   key=lambda t: (-t.value, TOKEN_SIZES.index(t.size)))
+    for t in aimed:
+        big.append(reach.size(draw, t.size, (t,), lo=1, hi=max(t.cap or 4 * t.value, 8),
+                              base=base))
+    big.append(draw(base))
+    return _Plan(ids=max(top_id + 1, crowd + 1, 3), crowd=crowd, long_blocks=long_blocks,
+                 big_tokens=tuple(big))
+
+
+# ------------------------------------------------------------------------------ generation
+
+
+@dataclasses.dataclass
+class _Gen:
+    """What chunk generators share: the pool, the documents, the plan, and a model of which
+    request ids are registered (approximate: a refused fork or add is not modelled)."""
+
+    b: int
+    num_blocks: int
+    window: Optional[int]
+    eviction: str
+    documents: list[list[int]]
+    plan: _Plan
+    live: list[int] = dataclasses.field(default_factory=list)
+    unused_big: list[int] = dataclasses.field(default_factory=list)  # for wide chunks, in order
+
+    # ---- request ids
+
+    def pick(self, draw: Draw) -> int:
+        """A registered request mostly; any id (often unknown) sometimes."""
+        if self.live and draw(_ints(0, 7)) > 0:
+            return self.live[draw(_ints(0, len(self.live) - 1))]
+        return draw(_ints(0, self.plan.ids - 1))
+
+    def fresh(self, draw: Draw) -> int:
+        """An id that is not registered (when one is left): the lowest one half the time (an
+        engine reuses its lowest free slot), else any; sometimes any id (a refused add)."""
+        free = [r for r in range(self.plan.ids) if r not in self.live]
+        mode = draw(_ints(0, 9))
+        if free and mode >= 5:
+            return free[0]
+        if free and mode > 0:
+            return free[draw(_ints(0, len(free) - 1))]
+        return draw(_ints(0, self.plan.ids - 1))
+
+    def register(self, *rids: int) -> None:
+        for rid in rids:
+            if rid not in self.live:
+                self.live.append(rid)
+
+    def release(self, *rids: int) -> None:
+        for rid in rids:
+            if rid in self.live:
+                self.live.remove(rid)
+
+    # ---- tokens and keys
+
+    def extra(self, draw: Draw) -> Optional[int]:
+        return _choose(draw, EXTRA_KEYS)
+
+    def tokens(self, draw: Draw, count: int) -> list[int]:
+        """``count`` tokens of the documents' vocabulary: drawn one by one when few (they
+        shrink), from a seed when many (one draw: long prompts are most of a program's
+        draws otherwise)."""
+        if count <= 8:
+            return draw(_int_lists(0, 3, count, count))
+        return _seeded(draw(_ints(0, 2**31 - 1)), count, 0)
+
+    def prompt(self, draw: Draw, length: Optional[int] = None) -> list[int]:
+        """A document prefix (cut at a block edge ± 1, or at ``length``) plus a few tokens."""
+        doc = self.documents[draw(_ints(0, len(self.documents) - 1))]
+        if length is None:
+            cut = draw(_edge_length(self.b))
+            suffix = draw(_int_lists(0, 3, 0, self.b + 1))
+            return (doc[:cut] + suffix) or [0]
+        cut = min(length, draw(_ints(0, len(doc))) if draw(BOOLS) else 0)
+        return doc[:cut] + self.tokens(draw, length - cut)
+
+    def big(self, draw: Draw) -> int:
+        """One of the plan's big token sizes."""
+        return self.plan.big_tokens[draw(_ints(0, len(self.plan.big_tokens) - 1))]
+
+    def size(self, draw: Draw) -> int:
+        """Tokens for one allocation: block edges mostly, the plan's big size sometimes, and
+        rarely 0 or a negative count (the protocol schedules nothing then)."""
+        b = self.b
+        mode = draw(_ints(0, 19))
+        if mode >= 18:
+            return self.big(draw)
+        if mode == 17:
+            return draw(_pick((0, -1)))
+        return draw(_pick(tuple(sorted({1, max(1, b - 1), b, b + 1, 2 * b, 4 * b + 1}))))
+
+    def decode(self, draw: Draw, rid: int) -> Ops:
+        """One decode step (``k`` tokens: speculative decoding when ``k > 1``); with
+        ``trim_in_flight`` the window is trimmed while the step's KV is still being written
+        (async scheduling order), where trims that count unwritten tokens free blocks too
+        early.  Without ``publish`` trimmed blocks are unhashed, go to the front of the free
+        queue and come straight back to the next allocation."""
+        new = self.tokens(draw, draw(_ints(1, self.b + 1)))
+        trim_in_flight, publish = draw(BOOLS), draw(BOOLS)
+        write, trim = _op("write", rid), _op("trim", rid)
+        return [{"op": "append", "rid": rid, "tokens": new}, _allocate(rid, len(new)),
                 *((trim, write) if trim_in_flight else (write, trim)),
-                *([{"op": "publish", "rid": rid}] if publish else [])]
+                *([_op("publish", rid)] if publish else [])]
 
-    decode = st.builds(decode_step, RIDS, st.lists(TOKENS, min_size=1, max_size=b + 1),
-                       st.booleans(), st.booleans())
-    def batch(first: int, second: int, n1: int, n2: int) -> list[dict[str, Any]]:
-        """Two requests scheduled, one forward pass over both: a mixed batch."""
-        return [{"op": "allocate", "rid": first, "n": n1},
-                {"op": "allocate", "rid": second, "n": n2}, {"op": "forward"},
-                {"op": "publish", "rid": first}, {"op": "publish", "rid": second}]
 
-    def mixed_prefill(first: int, offset: int, prompt_a: list[int], prompt_b: list[int],
-                      n: int) -> list[dict[str, Any]]:
-        """Two new requests prefilled in one forward pass: the batch layout where each request
-        has several query rows (row offsets per request matter)."""
-        second = (first + offset) % 3
-        return [{"op": "add", "rid": first, "tokens": prompt_a},
-                {"op": "add", "rid": second, "tokens": prompt_b},
-                *batch(first, second, len(prompt_a), n)]
+def _interleave(draw: Draw, sides: list[Ops]) -> Ops:
+    """A random merge of several op sequences, each keeping its order (the scheduler runs the
+    requests' steps in any order)."""
+    sides = [list(side) for side in sides if side]
+    out: Ops = []
+    while sides:
+        side = sides[draw(_ints(0, len(sides) - 1))]
+        out.append(side.pop(0))
+        sides = [s for s in sides if s]
+    return out
 
-    batch_ = st.one_of(st.builds(batch, RIDS, RIDS, sizes, sizes),
-                       st.builds(mixed_prefill, RIDS, st.integers(1, 2), prompts.filter(bool),
-                                 prompts.filter(bool), sizes))
-    single = st.builds(lambda op, r: [{"op": op, "rid": r}],
-                       st.sampled_from(["write", "publish", "preempt", "trim", "finish"]), RIDS)
-    # an allocation whose write comes later (or never): the bugs that live between scheduling
-    # and the forward pass (a hash published before the KV is written)
-    allocate_only = st.builds(lambda r, n: [{"op": "allocate", "rid": r, "n": n}], RIDS, sizes)
-    append = st.builds(lambda r, t: [{"op": "append", "rid": r, "tokens": t}],
-                       RIDS, st.lists(TOKENS, min_size=1, max_size=b + 1))
-    def fork_step(src: int, dst: int, diverge: Any) -> list[dict[str, Any]]:
-        """A fork, half the time followed by one side decoding into the shared last block
-        (copy-on-write)."""
-        return [{"op": "fork", "src": src, "dst": dst}, *(diverge or [])]
 
-    fork = st.builds(fork_step, RIDS, RIDS, st.one_of(st.none(), decode))
-    reset = st.just([{"op": "reset"}])
+# ------------------------------------------------------------------------------ chunk kinds
 
-    # Weighted choice by an integer draw (one_of does not weight, and Hypothesis favours the
-    # ends of a range, so both ends are the common path and the cache-wiping reset is rare).
-    # Returning sessions are long (20-40 steps): rarer under "lru", whose programs keep the mix
-    # of short edges they had (a policy's program may also open with one, see ``inputs``).
-    sessions = _sessions(b, documents, num_blocks)
-    table = [(20, serve_), (15, served_and_done), (8, add), (15, step), (12, decode),
-             (10, batch_), (10, single), (5, allocate_only), (5, append), (8, fork),
-             (3 if eviction == "lru" else 6, sessions), (1, reset), (1, serve_)]
-    cumulative, bound = [], 0
-    for weight, strategy in table:
-        bound += weight
-        cumulative.append((bound, strategy))
-    return st.integers(0, bound - 1).flatmap(
-        lambda k: next(strategy for upper, strategy in cumulative if k < upper))
+
+def _chunk_serve(draw: Draw, g: _Gen) -> Ops:
+    """A new request prefilled whole: a document prefix at a block edge, or (1 in 4) a prompt
+    of the plan's big size -- one request's queries, keys and tokens in one forward pass."""
+    rid = g.fresh(draw)
+    g.register(rid)
+    if draw(_ints(0, 3)) == 0:
+        return _serve(rid, g.prompt(draw, g.big(draw)), g.extra(draw), g.extra(draw))
+    return _serve(rid, g.prompt(draw), g.extra(draw), g.extra(draw))
+
+
+def _chunk_wide(draw: Draw, g: _Gen) -> Ops:
+    """A prefill of one of the plan's big sizes, of fresh random tokens, for the lowest free
+    id: exactly that many queries, keys and written tokens in one forward pass (through the
+    kernels); maybe finished."""
+    free = [r for r in range(g.plan.ids) if r not in g.live]
+    rid = free[0] if free else g.fresh(draw)
+    tokens = g.tokens(draw, g.unused_big.pop(0) if g.unused_big else g.big(draw))
+    ops = _serve(rid, tokens, g.extra(draw), g.extra(draw))
+    if draw(BOOLS):
+        g.release(rid)
+        return ops + [_op("finish", rid)]
+    g.register(rid)
+    return ops
+
+
+def _chunk_admit_later(draw: Draw, g: _Gen) -> Ops:
+    """A request added now (its lookup finds cached blocks) and scheduled only after other
+    requests ran -- a scheduler's waiting queue: their allocations (filler prompts up to the
+    pool's size) may evict the blocks the lookup found before the request pins them."""
+    rid = g.fresh(draw)
+    g.register(rid)
+    ops: Ops = [_add(rid, g.prompt(draw), g.extra(draw), g.extra(draw))]
+    for _ in range(draw(_ints(1, 2))):
+        other = g.fresh(draw)
+        size = draw(_ints(1, g.num_blocks * g.b))
+        ops += _serve(other, _filler(draw(_ints(0, 2**31 - 1)), size))
+        if draw(BOOLS):
+            ops.append(_op("finish", other))
+            g.release(other)
+        else:
+            g.register(other)
+    return ops + [_allocate(rid, draw(_pick((g.size(draw), 10**6)))),
+                  _op("write", rid), _op("publish", rid)]
+
+
+def _chunk_served_and_done(draw: Draw, g: _Gen) -> Ops:
+    """A finished request leaves its published blocks cached: the next prompt can hit them."""
+    rid = g.fresh(draw)
+    g.release(rid)
+    return _serve(rid, g.prompt(draw), g.extra(draw), g.extra(draw)) + [_op("finish", rid)]
+
+
+def _chunk_add(draw: Draw, g: _Gen) -> Ops:
+    """A request registered and not scheduled yet (rarely with an empty prompt: nothing to hit,
+    nothing to compute)."""
+    rid = g.fresh(draw)
+    g.register(rid)
+    tokens = [] if draw(_ints(0, 15)) == 0 else g.prompt(draw)
+    return [_add(rid, tokens, g.extra(draw), g.extra(draw))]
+
+
+def _chunk_step(draw: Draw, g: _Gen) -> Ops:
+    """A scheduled step of a live request (a chunk of its prefill), maybe published."""
+    rid = g.pick(draw)
+    return ([_allocate(rid, g.size(draw)), _op("write", rid)]
+            + ([_op("publish", rid)] if draw(BOOLS) else []))
+
+
+def _chunk_decode(draw: Draw, g: _Gen) -> Ops:
+    return g.decode(draw, g.pick(draw))
+
+
+def _chunk_batch(draw: Draw, g: _Gen) -> Ops:
+    """Two requests scheduled, one forward pass over both (a mixed batch); or two new requests
+    prefilled in one pass (several query rows each: row offsets per request matter)."""
+    if draw(BOOLS):
+        first, second = g.pick(draw), g.pick(draw)
+        ops: Ops = []
+    else:
+        first = g.fresh(draw)
+        g.register(first)
+        second = g.fresh(draw)
+        g.register(second)
+        a, c = g.prompt(draw), g.prompt(draw)
+        ops = [_add(first, a), _add(second, c)]
+    return ops + [_allocate(first, g.size(draw)), _allocate(second, g.size(draw)),
+                  {"op": "forward"}, _op("publish", first), _op("publish", second)]
+
+
+def _chunk_single(draw: Draw, g: _Gen) -> Ops:
+    name = draw(_pick(("write", "publish", "preempt", "trim", "finish")))
+    rid = g.pick(draw)
+    if name == "finish":
+        g.release(rid)
+    return [_op(name, rid)]
+
+
+def _chunk_allocate_only(draw: Draw, g: _Gen) -> Ops:
+    """An allocation whose write comes later (or never): the bugs that live between scheduling
+    and the forward pass (a hash published before the KV is written)."""
+    return [_allocate(g.pick(draw), g.size(draw))]
+
+
+def _chunk_append(draw: Draw, g: _Gen) -> Ops:
+    return [{"op": "append", "rid": g.pick(draw),
+             "tokens": g.tokens(draw, draw(_ints(1, g.b + 1)))}]
+
+
+def _chunk_fork(draw: Draw, g: _Gen) -> Ops:
+    """A fork, half the time followed by one side decoding into the shared last block;
+    sometimes of a request with a step in flight (refused: its KV is not written yet)."""
+    src, dst = g.pick(draw), g.fresh(draw)
+    g.register(dst)
+    in_flight = [_allocate(src, g.size(draw))] if draw(_ints(0, 3)) == 0 else []
+    return [*in_flight, {"op": "fork", "src": src, "dst": dst},
+            *(g.decode(draw, draw(_pick((src, dst)))) if draw(BOOLS) else [])]
+
+
+def _continuation(draw: Draw, g: _Gen, rid: int) -> Ops:
+    """What one side of a fork does next: decode steps (the first write into the shared last
+    block copies it; the last holder writes in place), publish, maybe finish.  Mostly the side
+    first decodes a block's worth and publishes it: each side's own continuation of the shared
+    prefix is cached (where state shared by the sides would mix them up)."""
+    ops: Ops = []
+    if _index(draw, 3) > 0:
+        tokens = g.tokens(draw, g.b + _index(draw, 2))
+        ops += [{"op": "append", "rid": rid, "tokens": tokens}, _allocate(rid, len(tokens)),
+                _op("write", rid), _op("publish", rid)]
+    for _ in range(draw(_ints(1, 3))):
+        kind = draw(_ints(0, 3))
+        if kind <= 1:
+            ops += g.decode(draw, rid)
+        elif kind == 2:
+            ops.append(_op("publish", rid))
+        else:
+            ops += [_allocate(rid, g.size(draw)), _op("write", rid)]
+    if draw(_ints(0, 2)) == 0:
+        ops.append(_op("finish", rid))
+        g.release(rid)
+    return ops
+
+
+def _chunk_fork_both(draw: Draw, g: _Gen) -> Ops:
+    """Beam search: a request (served now with a partial last block, or a live one) forks,
+    maybe forks again, and *every* side continues -- decode, publish, finish -- in an
+    interleaved order, or all sides decode in one batch: copy-on-write of the shared last block
+    from each side, a write in place by its last holder, shared blocks freed by both.  Then,
+    mostly, the winning beam's text comes back as a new prompt (the next turn): a lookup
+    through the blocks the sides published."""
+    ops: Ops = []
+    prompt: Optional[list[int]] = None
+    if g.live and draw(BOOLS):
+        src = g.pick(draw)
+    else:
+        src = g.fresh(draw)
+        length = draw(_ints(1, 4)) * g.b + draw(_ints(1, max(1, g.b - 1)))
+        prompt = g.prompt(draw, length)
+        ops += _serve(src, prompt, g.extra(draw), g.extra(draw))
+        g.register(src)
+        if g.window is not None and draw(BOOLS):  # blocks left the window: the forked table
+            ops.append(_op("trim", src))  # holds null entries (shared by neither side)
+    ops += _beams(draw, g, src)
+    if prompt is not None and _index(draw, 4) > 0:
+        winner = draw(_pick(tuple(sorted({op["dst"] for op in ops if op["op"] == "fork"}
+                                         | {src}))))
+        text = prompt + [t for op in ops if op["op"] == "append" and op["rid"] == winner
+                         for t in op["tokens"]]
+        ops += _chunk_turn(draw, g, text)
+    return ops
+
+
+def _chunk_turn(draw: Draw, g: _Gen, text: list[int]) -> Ops:
+    """A new request whose prompt is ``text`` plus a few tokens, prefilled and published."""
+    rid = g.fresh(draw)
+    g.register(rid)
+    tokens = text + g.tokens(draw, draw(_ints(0, g.b)))
+    return _serve(rid, tokens)
+
+
+def _beams(draw: Draw, g: _Gen, src: int) -> Ops:
+    """Forks of ``src`` (one or two) and every side's continuation (see
+    :func:`_chunk_fork_both`)."""
+    ops: Ops = []
+    sides = [src]
+    for _ in range(draw(_ints(1, 2))):
+        parent, child = draw(_pick(tuple(sides))), g.fresh(draw)
+        if child in sides:
+            break
+        ops.append({"op": "fork", "src": parent, "dst": child})
+        g.register(child)
+        sides.append(child)
+    if draw(_ints(0, 2)) == 0:  # every side decodes in one forward pass
+        news = {rid: g.tokens(draw, draw(_ints(1, g.b + 1))) for rid in sides}
+        ops += [{"op": "append", "rid": rid, "tokens": t} for rid, t in news.items()]
+        ops += [_allocate(rid, len(t)) for rid, t in news.items()]
+        ops.append({"op": "forward"})
+        ops += [_op("publish", rid) for rid in sides if draw(BOOLS)]
+    return ops + _interleave(draw, [_continuation(draw, g, rid) for rid in sides])
+
+
+def _chunk_crowd(draw: Draw, g: _Gen) -> Ops:
+    """Many live requests at once (the plan's crowd): short prompts sharing a document prefix
+    (hits), all registered before any is scheduled, prefilled together in one forward pass (or
+    one by one), a decode round for all, then some finish.  Crosses the block tables' row
+    count and the kernels' request rows."""
+    count = g.plan.crowd
+    free = [r for r in range(g.plan.ids) if r not in g.live]
+    if len(free) < count:
+        free = list(range(g.plan.ids))
+    start = draw(_ints(0, len(free) - count))
+    rids = free[start:start + count]
+    doc = g.documents[draw(_ints(0, len(g.documents) - 1))]
+    shared = draw(_ints(0, 2)) * g.b
+    prompts = {rid: doc[:shared] + g.tokens(draw, draw(_ints(1, g.b + 1))) for rid in rids}
+    ops: Ops = [_add(rid, p, g.extra(draw) if draw(_ints(0, 3)) == 0 else None)
+                for rid, p in prompts.items()]
+    g.register(*rids)
+    batched = draw(BOOLS)
+    for rid, p in prompts.items():
+        ops.append(_allocate(rid, len(p)))
+        if not batched:
+            ops.append(_op("write", rid))
+    if batched:
+        ops.append({"op": "forward"})
+    ops += [_op("publish", rid) for rid in rids if draw(BOOLS)]
+    if draw(BOOLS):  # a decode round for (up to 9 of) the crowd, one forward pass
+        decoding = rids[:9]
+        ops += [{"op": "append", "rid": rid, "tokens": g.tokens(draw, 1)} for rid in decoding]
+        ops += [_allocate(rid, 1) for rid in decoding] + [{"op": "forward"}]
+    done = [rid for rid in rids if draw(BOOLS)]
+    g.release(*done)
+    return ops + [_op("finish", rid) for rid in done]
+
+
+def _chunk_long(draw: Draw, g: _Gen) -> Ops:
+    """One request whose table reaches the plan's length: prefilled in one allocation (the
+    table jumps past its row), in chunks (with trims under a window: a long table of null
+    entries in a small pool), or prefilled in part and decoded to the end."""
+    b, rid = g.b, g.fresh(draw)
+    length = max(1, g.plan.long_blocks * b - draw(_ints(0, b - 1)))
+    tokens = g.prompt(draw, length)
+    ops: Ops = [_add(rid, tokens, g.extra(draw), g.extra(draw))]
+    g.register(rid)
+    mode = draw(_ints(0, 2))
+    publish = draw(BOOLS)
+    if mode == 0:
+        ops += [_allocate(rid, length), _op("write", rid)]
+    else:
+        chunk = max(draw(_pick((b, 2 * b, 4 * b, g.big(draw)))), -(-length // 10))
+        done = 0
+        while done < length:
+            ops += [_allocate(rid, chunk), _op("write", rid)]
+            ops += ([_op("trim", rid)] if g.window is not None else [])
+            ops += ([_op("publish", rid)] if publish and draw(BOOLS) else [])
+            done += chunk
+    if mode == 2:
+        for _ in range(draw(_ints(1, 3))):
+            ops += g.decode(draw, rid)
+    ops += [_op("publish", rid)] if publish else []
+    if draw(BOOLS):
+        ops.append(_op("finish", rid))
+        g.release(rid)
+    return ops
+
+
+def _chunk_preempt_resume(draw: Draw, g: _Gen) -> Ops:
+    """Preemption and re-admission: a request (maybe mid-prefill, maybe with a step in flight)
+    is preempted, other requests push the pool, and it is scheduled again -- a new prefix
+    lookup, hits on its own published blocks, recomputation of the rest."""
+    ops: Ops = []
+    if g.live and draw(BOOLS):
+        rid = g.pick(draw)
+    else:
+        rid = g.fresh(draw)
+        ops += _serve(rid, g.prompt(draw), g.extra(draw), g.extra(draw))
+        g.register(rid)
+    if draw(BOOLS):
+        ops += g.decode(draw, rid)
+    if draw(_ints(0, 2)) == 0:
+        ops.append(_allocate(rid, g.size(draw)))  # a step in flight is dropped
+    ops.append(_op("preempt", rid))
+    if draw(BOOLS):
+        other = g.fresh(draw)
+        ops += _serve(other, g.prompt(draw)) + [_op("finish", other)]
+    for _ in range(draw(_ints(1, 2))):
+        ops += [_allocate(rid, g.size(draw) if draw(BOOLS) else 10**6),
+                _op("write", rid)]
+    ops.append(_op("publish", rid))
+    if draw(BOOLS):
+        ops += g.decode(draw, rid)
+    return ops
+
+
+def _chunk_reset_live(draw: Draw, g: _Gen) -> Ops:
+    """A prefix-cache reset while requests hold blocks (refused), the requests finish, a reset
+    that succeeds, and a prompt that would have hit before it."""
+    ops: Ops = [{"op": "reset"}]
+    rids = list(g.live)
+    every = draw(BOOLS)  # else some stay: the second reset is refused too
+    done = [rid for rid in rids if every or draw(_ints(0, 4)) > 0]
+    ops += [_op("finish", rid) for rid in done]
+    g.release(*done)
+    ops.append({"op": "reset"})
+    rid = g.fresh(draw)
+    g.register(rid)
+    return ops + _serve(rid, g.prompt(draw))
+
+
+@functools.lru_cache(maxsize=None)
+def _turns(b: int, num_blocks: int, count: int) -> st.SearchStrategy[list[Turn]]:
+    """``count`` returning turns (:func:`_session`; the filler is drawn as a seed)."""
+    turn = st.tuples(_ints(1, 6), _ints(0, num_blocks - 2), _uniform(3),
+                     _ints(0, 2**31 - 1), _int_lists(0, 3, 1, 3 * b))
+    return st.lists(turn, min_size=count, max_size=count)
+
+
+def _chunk_sessions(draw: Draw, g: _Gen) -> Ops:
+    """Sessions (:func:`_session`) whose first history is a document cut at 3 to 6 whole
+    blocks (that fit the pool), maybe plus a partial one; one to three returning turns.  A
+    session fills the whole pool: in a pool of more than :data:`SLOTS` slots (sized for a
+    crowd or a long request) a plain prefill stands in."""
+    b, num_blocks = g.b, g.num_blocks
+    if num_blocks * b > SLOTS:
+        return _chunk_serve(draw, g)
+    full = draw(_ints(3, max(3, min(6, num_blocks - 2))))
+    doc = g.documents[draw(_ints(0, len(g.documents) - 1))]
+    history = doc[:full * b] + draw(_int_lists(0, 3, 0, b - 1))
+    turns = draw(_turns(b, num_blocks, 1 + _index(draw, 3)))  # one to three turns
+    ids: list[int] = []
+    while len(ids) < 3:
+        rid = draw(_ints(0, g.plan.ids - 1))
+        if rid not in ids:
+            ids.append(rid)
+    ops = _session(b, num_blocks, ids, g.live, history, turns)
+    g.release(*g.live)
+    g.register(ids[turns[-1][2] % 3])
+    return ops
+
+
+def _chunk_steps(draw: Draw, g: _Gen) -> Ops:
+    """Three to nine single operations of any kind on live requests, in any order -- a forward
+    pass right after a preemption, a fork right before a trim, a reset after a fork: every
+    ordered pair of operations, whatever the chunks above put next to each other."""
+    ops: Ops = []
+    for _ in range(3 + _index(draw, 7)):
+        name = OPERATIONS[_index(draw, len(OPERATIONS))]
+        if name == "add":
+            rid = g.fresh(draw)
+            g.register(rid)
+            ops.append(_add(rid, g.prompt(draw), g.extra(draw), g.extra(draw)))
+        elif name == "allocate":
+            ops.append(_allocate(g.pick(draw), g.size(draw)))
+        elif name == "append":
+            ops.append({"op": "append", "rid": g.pick(draw),
+                        "tokens": g.tokens(draw, draw(_ints(1, g.b + 1)))})
+        elif name == "fork":
+            src, dst = g.pick(draw), g.fresh(draw)
+            g.register(dst)
+            ops.append({"op": "fork", "src": src, "dst": dst})
+        elif name in ("forward", "reset"):
+            ops.append({"op": name})
+        else:
+            rid = g.pick(draw)
+            if name == "finish":
+                g.release(rid)
+            ops.append(_op(name, rid))
+    return ops
+
+
+def _chunk_reset(draw: Draw, g: _Gen) -> Ops:
+    return [{"op": "reset"}]
+
+
+GENERATORS: dict[str, Callable[[Draw, _Gen], Ops]] = {
+    "serve": _chunk_serve, "served_and_done": _chunk_served_and_done, "add": _chunk_add,
+    "step": _chunk_step, "decode": _chunk_decode, "batch": _chunk_batch,
+    "single": _chunk_single, "allocate_only": _chunk_allocate_only, "append": _chunk_append,
+    "fork": _chunk_fork, "fork_both": _chunk_fork_both, "crowd": _chunk_crowd,
+    "long": _chunk_long, "wide": _chunk_wide, "preempt_resume": _chunk_preempt_resume,
+    "reset_live": _chunk_reset_live, "admit_later": _chunk_admit_later, "steps": _chunk_steps,
+    "sessions": _chunk_sessions, "reset": _chunk_reset,
+}
+
+
+# ------------------------------------------------------------------------------ the case
+
+
+def _aimed(plan: _Plan) -> list[str]:
+    """The chunk kinds a program runs once, early, whatever the swarm enabled: a crowd or a long
+    table the plan drew past the plain sizes (a threshold's boundary, or above it).  Left to
+    the swarm, a drawn boundary was realised only when the kind was enabled, weighted enough
+    and reached before the step budget -- a few percent of the programs."""
+    return ([*(["crowd"] if plan.crowd > PLAIN_CROWD else []),
+             *(["long"] if plan.long_blocks > PLAIN_LONG_BLOCKS else [])])
+
+
+def _block_size(draw: Draw, plan: _Plan, enabled: Sequence[str]) -> int:
+    """A block size (:data:`BLOCK_SIZES`) that keeps a planned long request within
+    :data:`LONG_TOKENS`."""
+    fits = [(b, w) for b, w in BLOCK_SIZES
+            if "long" not in enabled or b * plan.long_blocks <= LONG_TOKENS]
+    return int(_choose(draw, fits or BLOCK_SIZES[:1]))
+
+
+def _pool(draw: Draw, block_size: int, plan: _Plan, enabled: Sequence[str]) -> int:
+    """Pool size: 3..16 blocks, at most :data:`SLOTS` token slots (every allocation evicts).
+    When the program plans a crowd, a long table or a big prefill past the plain sizes, about
+    half the programs get enough blocks for it (plus a few), so that the planned size is
+    reached, not refused; the others keep the small pool and its eviction pressure."""
+    b = block_size
+    blocks = draw(_ints(3, max(3, min(16, SLOTS // b))))
+    need = 0
+    if "crowd" in enabled and plan.crowd > PLAIN_CROWD:
+        need = max(need, 2 * plan.crowd + 4)
+    if "long" in enabled and plan.long_blocks > PLAIN_LONG_BLOCKS:
+        need = max(need, plan.long_blocks + 2)
+    aimed = plan.big_tokens[:-1]  # the sizes drawn against thresholds
+    if aimed and max(aimed) > 5 * b:
+        need = max(need, -(-max(aimed) // b) + 2)
+    if need > blocks and draw(_ints(0, 2)) > 0:
+        blocks = need + draw(_ints(0, 3))
+    return blocks
+
+
+def _kv_values(draw: Draw) -> dict[str, list[str]]:
+    """The guarded driver's vector kinds per role (:mod:`fuzzkit.values`): one or two kinds
+    each, so a case can hold zero keys among normal ones, or only huge scores."""
+    from targets.paged_kv.kernel_driver import ROLE_DOMAINS
+
+    out: dict[str, list[str]] = {}
+    for role, domain in ROLE_DOMAINS.items():
+        allowed = tuple((k, w) for k, w in domain.allowed() if k != "drawn")
+        out[role] = [str(_choose(draw, allowed)) for _ in range(draw(_ints(1, 2)))]
+    return out
+
+
+def _index(draw: Draw, count: int) -> int:
+    """An index in ``0 .. count - 1``, close to uniform (:func:`_uniform`)."""
+    return int(draw(_uniform(count)))
+
+
+def _kind(draw: Draw, config: dict[str, int]) -> str:
+    """One chunk kind with the swarm configuration's weights.  ``fuzzkit.program.weighted``
+    draws one index, which is 0 far more often than its share, giving the first kind about
+    twice its weight; :func:`_uniform` keeps close to the stated weights (and still shrinks to
+    the first kind)."""
+    table = [(name, weight) for name, weight in config.items() if weight > 0]
+    k = _index(draw, sum(weight for _, weight in table))
+    for name, weight in table:
+        if k < weight:
+            return name
+        k -= weight
+    return table[-1][0]  # pragma: no cover - unreachable: k < total
+
+
+@functools.lru_cache(maxsize=None)
+def _documents(block_size: int) -> st.SearchStrategy[list[list[int]]]:
+    """One or two documents of six blocks (from seeds): the prefixes prompts share."""
+    return st.lists(_ints(0, 2**31 - 1).map(lambda seed: _seeded(seed, 6 * block_size, 0)),
+                    min_size=1, max_size=2)
+
+
+def _map_tokens(ops: Ops, alphabet: Sequence[int]) -> Ops:
+    return [{**op, "tokens": [alphabet[t] for t in op["tokens"]]} if "tokens" in op else op
+            for op in ops]
 
 
 @st.composite
-def inputs(draw: st.DrawFn, max_steps: int = 60) -> dict[str, Any]:
-    block_size = draw(st.integers(1, 4))
-    num_blocks = draw(st.integers(3, 16))
-    windowed = draw(st.integers(0, 9)) >= 6  # about a third of the pools use a sliding window
-    window = draw(st.integers(1, 3 * block_size + 1)) if windowed else None
+def inputs(draw: Draw, thresholds: Sequence[reach.Threshold] = (),
+           max_steps: Optional[int] = None) -> dict[str, Any]:
+    """One case: ``config``, ``program`` (chunks until ``max_steps`` operations, the last one
+    finished up to :data:`OVERRUN` more) and, mostly, ``kv_values``.
+    ``thresholds``: the sizes to aim at (``Target.thresholds_for``; none: the plain
+    distribution only).  ``max_steps`` defaults to :data:`STEPS`, or :data:`KERNEL_STEPS`
+    when the thresholds name the kernels' token sizes (an implementation that launches the
+    kernels pays for every forward pass under the interpreter: shorter programs, more of
+    them -- the manager's paths are reached by the variety of programs more than by length)."""
+    thresholds = tuple(thresholds)
+    if max_steps is None:
+        kernels = any(t.size in TOKEN_SIZES for t in thresholds)
+        max_steps = KERNEL_STEPS if kernels else STEPS
     eviction = draw(_eviction())
-    documents = draw(st.lists(st.lists(TOKENS, min_size=6 * block_size, max_size=6 * block_size),
-                              min_size=1, max_size=2))
-    # half the programs of a policy open with a returning session: where policies differ
-    opening = (draw(st.one_of(st.just([]), _sessions(block_size, documents, num_blocks)))
-               if eviction != "lru" else [])
-    chunks = draw(st.lists(_ops(block_size, documents, num_blocks, eviction), min_size=1,
-                           max_size=max_steps // 3))
-    return {
+    plan = _plan(draw, thresholds)
+    config = swarming.swarm(draw, [(name, 16 if name == "sessions" and eviction != "lru"
+                                    else weight) for name, weight in CHUNKS], keep=("serve",))
+    aimed = _aimed(plan)
+    block_size = _block_size(draw, plan, [*config, *aimed])
+    windowed = draw(_ints(0, 9)) >= 6  # about a third of the pools use a sliding window
+    window = draw(_ints(1, 3 * block_size + 1)) if windowed else None
+    # most programs of a policy open with a returning session (where policies differ);
+    # a session needs the small pool it evicts from, so those programs keep one
+    opening = eviction != "lru" and draw(_ints(0, 2)) > 0
+    num_blocks = _pool(draw, block_size, plan, [] if opening else [*config, *aimed])
+    documents = draw(_documents(block_size))
+    g = _Gen(block_size, num_blocks, window, eviction, documents, plan,
+             unused_big=list(plan.big_tokens))
+    ops: Ops = []
+    if opening:
+        ops += _chunk_sessions(draw, g)
+    if "wide" in config:  # the first planned big prefill, early: it is reached, not refused
+        ops += _chunk_wide(draw, g)
+    opened = len(ops)
+    for kind in aimed:  # the plan's crowd / long table past the plain sizes, early, whatever
+        ops += GENERATORS[kind](draw, g)  # the swarm enabled: a drawn boundary is reached
+    budget = max_steps + len(ops) - opened  # they do not eat the swarm's share of the program
+    # chunks until the budget; after each, 1 in 16 programs stops early (a middle value:
+    # Hypothesis favours the ends of a range)
+    while len(ops) < budget:
+        ops += GENERATORS[_kind(draw, config)](draw, g)
+        if draw(_ints(0, 15)) == 7:
+            break
+    alphabet = _choose(draw, ALPHABETS)
+    case = {
         "config": {"num_blocks": num_blocks, "block_size": block_size,
                    "sliding_window": window, "eviction": eviction},
-        "program": (opening + [op for chunk in chunks for op in chunk])[:max_steps],
+        # the last chunk runs to its end (a crowd's forward pass), within a hard cap
+        "program": _map_tokens(ops[:budget + OVERRUN], alphabet),
     }
+    if draw(_ints(0, 3)) > 0:  # else standard normal vectors (the older cases' kind)
+        case["kv_values"] = _kv_values(draw)
+    return case
