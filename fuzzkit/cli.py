@@ -100,6 +100,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("shrink", help="minimize a failing case file")
     p.add_argument("path", type=Path, metavar="PATH")
     p.add_argument("--output", type=Path, help="directory for the smaller case (default: beside)")
+    p.add_argument("--impl", help="implementation name, or module:attr for an outside one "
+                                  "(default: the registered one the case file names; a file "
+                                  "never chooses code to import)")
 
     p = sub.add_parser("bisect", help="find the first diverging node of a failing graph case "
                                       "and its smallest failing window")
@@ -434,7 +437,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     import contextlib
 
     from fuzzkit import corpus
-    from fuzzkit.registry import get_target, resolve_implementation
+    from fuzzkit.registry import get_target, implementation_named_by_file, resolve_implementation
     from fuzzkit.runner import check_case
     from fuzzkit.sequence import CaseSequence, load_any
     from fuzzkit.sequence import replay as replay_sequence
@@ -449,8 +452,12 @@ def cmd_replay(args: argparse.Namespace) -> int:
     for path, case in cases:
         target = get_target(case.target)
         mutants = [target.mutant(m) for m in args.mutant]
-        spec = args.impl or (mutants[0].implementation if mutants else case.implementation)
-        impl = resolve_implementation(target, spec)
+        if args.impl:
+            impl = resolve_implementation(target, args.impl)
+        elif mutants:
+            impl = target.implementation(mutants[0].implementation)
+        else:
+            impl = implementation_named_by_file(target, case.implementation, str(path))
         reason = impl.unavailable()
         if reason:
             raise UsageError(f"{path}: implementation {impl.name!r} cannot run here: {reason}")
@@ -481,12 +488,13 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 def cmd_shrink(args: argparse.Namespace) -> int:
     from fuzzkit.case import load
-    from fuzzkit.registry import get_target, resolve_implementation
+    from fuzzkit.registry import get_target, implementation_named_by_file, resolve_implementation
     from fuzzkit.shrink.ddmin import shrink_case
 
     case = load(args.path)
     target = get_target(case.target)
-    impl = resolve_implementation(target, case.implementation)
+    impl = (resolve_implementation(target, args.impl) if args.impl else
+            implementation_named_by_file(target, case.implementation, str(args.path)))
     try:
         result = shrink_case(target, impl, case)
     except ValueError as exc:
@@ -503,20 +511,21 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     import contextlib
 
     from fuzzkit.case import Case, load
-    from fuzzkit.registry import get_target, resolve_implementation
+    from fuzzkit.registry import get_target, implementation_named_by_file, resolve_implementation
     from fuzzkit.shrink.bisect import NotFailing, bisect, is_graph_case
     from fuzzkit.shrink.repro import write_repro
 
     case = load(args.path)
     target = get_target(case.target)
-    impl = resolve_implementation(target, args.impl or case.implementation)
+    if not is_graph_case(case.inputs):
+        raise UsageError(f"{args.path}: not a graph case (target {case.target!r}; bisect needs "
+                         "inputs with graph, values and dtype); use `fuzzkit shrink`")
+    impl = (resolve_implementation(target, args.impl) if args.impl else
+            implementation_named_by_file(target, case.implementation, str(args.path)))
     mutant = target.mutant(args.mutant) if args.mutant else None
     if mutant is not None and mutant.implementation != impl.name:
         raise UsageError(f"mutant {mutant.name!r} patches implementation "
                          f"{mutant.implementation!r}, not {impl.name!r}")
-    if not is_graph_case(case.inputs):
-        raise UsageError(f"{args.path}: not a graph case (target {case.target!r}; bisect needs "
-                         "inputs with graph, values and dtype); use `fuzzkit shrink`")
     reason = impl.unavailable()
     if reason:
         raise UsageError(f"implementation {impl.name!r} cannot run here: {reason}")

@@ -28,6 +28,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="seed for --fuzzkit-budget fuzz items (default 0)")
     group.addoption("--fuzzkit-targets", default=None, metavar="NAMES",
                     help="comma-separated targets for --fuzzkit-budget (default: all)")
+    group.addoption("--fuzzkit-impl", action="append", default=[], metavar="MODULE:ATTR",
+                    help="outside implementation that corpus regressions may name (repeatable; "
+                         "also the fuzzkit_impl ini list); a case file alone never chooses code")
+    parser.addini("fuzzkit_impl", "outside implementations (module:attr) that corpus "
+                  "regressions may name", type="linelist", default=[])
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -62,13 +67,15 @@ class RegressionItem(_FuzzkitItem):
     def runtest(self) -> None:
         from fuzzkit.case import load
         from fuzzkit.errors import FuzzkitError
-        from fuzzkit.registry import get_target, resolve_implementation
+        from fuzzkit.registry import get_target, implementation_named_by_file
         from fuzzkit.runner import check_case
 
         try:
             case = load(self.path)
             target = get_target(case.target)
-            impl = resolve_implementation(target, case.implementation)
+            allowed = [*self.config.getoption("fuzzkit_impl"), *self.config.getini("fuzzkit_impl")]
+            impl = implementation_named_by_file(target, case.implementation, str(self.path),
+                                                allowed=allowed)
         except FuzzkitError as exc:
             raise CaseFailed(f"cannot replay: {exc}") from None
         reason = impl.unavailable()

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
-from typing import Any, Callable, Union
+from typing import Any, Callable, Sequence, Union
 
 from fuzzkit.errors import UsageError
 from fuzzkit.target import Implementation, Target
@@ -158,6 +158,25 @@ def as_implementation(obj: Any, name: str) -> Implementation:
                          "inputs -> outputs")
     return Implementation(name=name, fn=obj, backend="external",
                           description=(obj.__doc__ or "").strip().split("\n")[0])
+
+
+def implementation_named_by_file(target: Target, name: str, source: str, *,
+                                 allowed: Union[str, Sequence[str], None] = None
+                                 ) -> Implementation:
+    """The implementation a case, sequence or state file names: a *registered* one only.
+
+    A file is data, possibly from a stranger: were its ``module:attr`` imported and called with
+    its inputs, a 500-byte case file could run ``subprocess:Popen``.  An outside implementation
+    is chosen by the person at the command line (``--impl``), never by a file; ``allowed`` is
+    that command-line choice (or the list the user configured), which a file may repeat."""
+    chosen = [allowed] if isinstance(allowed, str) else list(allowed or ())
+    if ":" in name and name not in chosen:
+        raise UsageError(
+            f"{source}: names the outside implementation {name!r}; a file cannot choose code to "
+            f"import -- if you trust it, pass --impl {name} on the command line")
+    if ":" in name:
+        return resolve_implementation(target, name)
+    return target.implementation(name)
 
 
 def resolve_implementation(target: Target, spec: str) -> Implementation:

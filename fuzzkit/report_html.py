@@ -440,9 +440,12 @@ def _case_block(run: RunData, finding: dict[str, Any]) -> str:
         return f'<p class="bad">cannot read {_e(path)}: {_e(_one_line(exc))}</p>'
     note = ""
     try:
-        load(path)
+        implementation = load(path).implementation
     except CaseFileError as exc:
         note = f'<p class="bad">not a valid case file: {_e(_one_line(exc))}</p>'
+    else:
+        if ":" in implementation:  # outside code runs only when the user names it
+            replay += f" --impl {shlex.quote(implementation)}"
     try:
         pretty = json.dumps(json.loads(text), indent=1, sort_keys=True)
     except json.JSONDecodeError:

@@ -75,7 +75,10 @@ def test_outside_implementation_finding_replays_and_shrinks(capsys, tmp_path: Pa
     assert case.failure.signature == "mismatch:close:dot"
     assert list((tmp_path / "r").glob("*/findings/*.json"))
 
-    code, out, _ = _run(capsys, "replay", str(finding))
+    # the file names outside code: it runs only when the user names it again
+    code, _, err = _run(capsys, "replay", str(finding))
+    assert code == 2 and "--impl toy_targets:_outside_buggy" in err
+    code, out, _ = _run(capsys, "replay", str(finding), "--impl", "toy_targets:_outside_buggy")
     assert code == 1 and out.startswith("FAIL") and "mismatch:close:dot" in out
 
     # a big hand-made case shrinks with ddmin down to what Hypothesis found
@@ -84,7 +87,8 @@ def test_outside_implementation_finding_replays_and_shrinks(capsys, tmp_path: Pa
                {"a": rng.standard_normal(33).astype(np.float32),
                 "b": rng.standard_normal(33).astype(np.float32)})
     path = big.save(tmp_path / "big")
-    code, out, _ = _run(capsys, "shrink", str(path), "--output", str(tmp_path / "small"))
+    code, out, _ = _run(capsys, "shrink", str(path), "--output", str(tmp_path / "small"),
+                        "--impl", "toy_targets:_outside_buggy")
     assert code == 1 and "a: 33 -> 5" in out
     [small] = list((tmp_path / "small").glob("*.json"))
     assert casefile.load(small).inputs["a"].shape == (5,)

@@ -40,9 +40,14 @@ def test_regressions_become_items_that_replay(project: pytest.Pytester) -> None:
     (project.path / "corpus" / "toy-dot" / "findings").mkdir()
     Case("toy-dot", "numpy", {"a": np.ones(2, np.float32), "b": np.ones(2, np.float32)}).save(
         project.path / "corpus" / "toy-dot" / "findings")  # findings are not tests
-    result = project.runpytest("corpus", "-p", "no:cacheprovider")
+    # the outside implementation runs only because the user names it (option or ini list)
+    result = project.runpytest("corpus", "-p", "no:cacheprovider",
+                               "--fuzzkit-impl", "toy_targets:_outside_buggy")
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(["*mismatch:close:dot*", f"*replay: fuzzkit replay*{bad.name}*"])
+    result = project.runpytest("corpus", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*cannot choose code*"])
 
 
 def test_corrupt_regression_fails_with_a_clear_message(project: pytest.Pytester) -> None:

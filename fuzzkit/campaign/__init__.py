@@ -64,6 +64,26 @@ class CampaignResult:
     status: str
 
 
+def _trusted_plan(plan: Any, source: Path, allowed: Optional[str]) -> list[tuple[str, str]]:
+    """The (target, implementation) pairs of a state file, if they name only registered code.
+
+    ``state.json`` lies on disk where anyone may edit it: an outside ``module:attr`` in it is
+    imported by every worker, so it is accepted only when the user repeats it with ``--impl``."""
+    from fuzzkit.registry import get_target, implementation_named_by_file
+
+    if not isinstance(plan, list) or not plan:
+        raise UsageError(f"{source}: 'plan' must be a non-empty list of [target, implementation]")
+    pairs: list[tuple[str, str]] = []
+    for item in plan:
+        if (not isinstance(item, list) or len(item) != 2
+                or not all(isinstance(x, str) and x for x in item)):
+            raise UsageError(f"{source}: plan entry {str(item)[:80]!r} is not "
+                             "[target, implementation]")
+        implementation_named_by_file(get_target(item[0]), item[1], str(source), allowed=allowed)
+        pairs.append((item[0], item[1]))
+    return pairs
+
+
 def run_campaign(opts: CampaignOptions) -> CampaignResult:
     from fuzzkit import corpus as corpus_mod
     from fuzzkit.report import new_run_id
@@ -74,7 +94,7 @@ def run_campaign(opts: CampaignOptions) -> CampaignResult:
             raise UsageError(f"{run_dir} is not a campaign run directory (no state.json)")
         state = read_state(run_dir)
         state["resumes"] = int(state.get("resumes", 0)) + 1
-        plan = [tuple(p) for p in state["plan"]]
+        plan = _trusted_plan(state.get("plan"), run_dir / "state.json", opts.impl)
         skipped = state.get("skipped", [])
     else:
         if opts.workers < 1:
