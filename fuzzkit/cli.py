@@ -433,11 +433,21 @@ def _run_campaign(args: argparse.Namespace) -> int:
     return EXIT_FINDINGS if result.findings else EXIT_CLEAN
 
 
+def _case_implementation(target: Any, case: Any, path: Path, chosen: Optional[str]) -> Any:
+    """The implementation to run a case file with: the user's ``--impl`` if given, else the one
+    the file names -- registered implementations only (a file never chooses code to import)."""
+    from fuzzkit.registry import implementation_named_by_file, resolve_implementation
+
+    if chosen:
+        return resolve_implementation(target, chosen)
+    return implementation_named_by_file(target, case.implementation, str(path))
+
+
 def cmd_replay(args: argparse.Namespace) -> int:
     import contextlib
 
     from fuzzkit import corpus
-    from fuzzkit.registry import get_target, implementation_named_by_file, resolve_implementation
+    from fuzzkit.registry import get_target
     from fuzzkit.runner import check_case
     from fuzzkit.sequence import CaseSequence, load_any
     from fuzzkit.sequence import replay as replay_sequence
@@ -452,12 +462,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
     for path, case in cases:
         target = get_target(case.target)
         mutants = [target.mutant(m) for m in args.mutant]
-        if args.impl:
-            impl = resolve_implementation(target, args.impl)
-        elif mutants:
-            impl = target.implementation(mutants[0].implementation)
-        else:
-            impl = implementation_named_by_file(target, case.implementation, str(path))
+        impl = (target.implementation(mutants[0].implementation) if mutants and not args.impl
+                else _case_implementation(target, case, path, args.impl))
         reason = impl.unavailable()
         if reason:
             raise UsageError(f"{path}: implementation {impl.name!r} cannot run here: {reason}")
@@ -488,13 +494,12 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 def cmd_shrink(args: argparse.Namespace) -> int:
     from fuzzkit.case import load
-    from fuzzkit.registry import get_target, implementation_named_by_file, resolve_implementation
+    from fuzzkit.registry import get_target
     from fuzzkit.shrink.ddmin import shrink_case
 
     case = load(args.path)
     target = get_target(case.target)
-    impl = (resolve_implementation(target, args.impl) if args.impl else
-            implementation_named_by_file(target, case.implementation, str(args.path)))
+    impl = _case_implementation(target, case, args.path, args.impl)
     try:
         result = shrink_case(target, impl, case)
     except ValueError as exc:
@@ -511,7 +516,7 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     import contextlib
 
     from fuzzkit.case import Case, load
-    from fuzzkit.registry import get_target, implementation_named_by_file, resolve_implementation
+    from fuzzkit.registry import get_target
     from fuzzkit.shrink.bisect import NotFailing, bisect, is_graph_case
     from fuzzkit.shrink.repro import write_repro
 
@@ -520,8 +525,7 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     if not is_graph_case(case.inputs):
         raise UsageError(f"{args.path}: not a graph case (target {case.target!r}; bisect needs "
                          "inputs with graph, values and dtype); use `fuzzkit shrink`")
-    impl = (resolve_implementation(target, args.impl) if args.impl else
-            implementation_named_by_file(target, case.implementation, str(args.path)))
+    impl = _case_implementation(target, case, args.path, args.impl)
     mutant = target.mutant(args.mutant) if args.mutant else None
     if mutant is not None and mutant.implementation != impl.name:
         raise UsageError(f"mutant {mutant.name!r} patches implementation "

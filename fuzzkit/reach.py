@@ -259,26 +259,35 @@ def without_local_constants() -> Iterator[None]:
         cache.cache.clear()
 
 
-def crossings(target: Any, impl: Any = None, *, cases: int = 300,
-              seed: int = 0) -> list[Crossing]:
-    """Generate ``cases`` inputs with ``target``'s strategy for ``impl`` (Hypothesis, seeded, no
-    database, generation only, no local-constant pool: :func:`without_local_constants`) and
-    report, per declared threshold, which boundaries it reached.
-    """
+def generated(strategy: st.SearchStrategy[Any], cases: int, *, seed: int = 0) -> list[Any]:
+    """The first ``cases`` values Hypothesis generates from ``strategy``: seeded, no database,
+    generation only, no local-constant pool (:func:`without_local_constants`) -- the same list
+    on every machine and in any test order, for measuring what a strategy reaches."""
     from hypothesis import HealthCheck, Phase, given, settings
     from hypothesis import seed as hypothesis_seed
 
-    counter = ReachCounter(target.thresholds_for(impl), target.sizes)
+    out: list[Any] = []
 
     @hypothesis_seed(seed)
     @settings(max_examples=cases, phases=[Phase.generate], deadline=None, database=None,
               suppress_health_check=list(HealthCheck))
-    @given(target.strategy_for(impl))
-    def generate(inputs: Mapping[str, Any]) -> None:
-        counter.add(inputs)
+    @given(strategy)
+    def collect(value: Any) -> None:
+        out.append(value)
 
     with without_local_constants():
-        generate()
+        collect()
+    return out
+
+
+def crossings(target: Any, impl: Any = None, *, cases: int = 300,
+              seed: int = 0) -> list[Crossing]:
+    """Generate ``cases`` inputs with ``target``'s strategy for ``impl`` (:func:`generated`) and
+    report, per declared threshold, which boundaries it reached.
+    """
+    counter = ReachCounter(target.thresholds_for(impl), target.sizes)
+    for inputs in generated(target.strategy_for(impl), cases, seed=seed):
+        counter.add(inputs)
     return counter.crossings()
 
 

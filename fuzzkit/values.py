@@ -129,12 +129,9 @@ def largest_at_most(top: float, dtype: str) -> float:
     value = float(round_to(np.array([top]), dtype)[0])
     if value <= top:
         return value
-    if dtype == "float64":
-        return float(np.nextafter(value, 0.0))
-    if dtype == "float32":
-        return float(np.nextafter(np.float32(value), np.float32(0)))
-    if dtype == "float16":
-        return float(np.nextafter(np.float16(value), np.float16(0)))
+    if dtype in ("float64", "float32", "float16"):
+        kind = np.dtype(dtype).type
+        return float(np.nextafter(kind(value), kind(0)))
     bits = np.array([value], dtype=np.float32).view(np.uint32) - np.uint32(0x10000)
     return float(bits.view(np.float32)[0])  # bfloat16: one unit down in the upper 16 bits
 
@@ -160,18 +157,19 @@ def _normal(rng: np.random.Generator, shape: tuple[int, ...], domain: Domain) ->
 
 
 def fill(kind_name: str, shape: Sequence[int], domain: Domain, seed: int) -> np.ndarray:
-    """An array of ``kind_name`` values (unrounded float64) from ``seed``."""
+    """An array of ``kind_name`` values (unrounded float64) from ``seed``; :func:`array` clips
+    them into the domain's range and rounds them to its dtype."""
     rng = np.random.default_rng(seed)
     shape = tuple(int(d) for d in shape)
     top = domain.largest
     if kind_name == "normal":
         return _normal(rng, shape, domain)
     if kind_name == "ints":
-        return np.clip(rng.integers(-3, 4, shape).astype(np.float64), -top, top)
+        return rng.integers(-3, 4, shape).astype(np.float64)
     if kind_name == "repeated":
         choices = rng.choice(np.array([0.0, 1.0, -1.0, 0.5, 2.0, -3.0, 0.1, 7.25]),
                              size=int(rng.integers(1, 4)), replace=False)
-        return np.clip(choices[rng.integers(0, len(choices), shape)], -top, top)
+        return choices[rng.integers(0, len(choices), shape)]
     if kind_name == "zero":
         return np.where(rng.random(shape) < 0.5, 0.0, -0.0)
     if kind_name == "sparse":

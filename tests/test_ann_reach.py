@@ -10,8 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
-from hypothesis import seed as hypothesis_seed
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fuzzkit import reach
@@ -120,18 +119,7 @@ def _generated(ann: Target, count: int, name: str = "numpy", seed: int = 3
     """``count`` cases of the strategy, seeded and without Hypothesis' pool of constants from
     the loaded modules (:func:`fuzzkit.reach.without_local_constants`), so that they do not
     depend on which test modules ran before in this process (pytest-xdist, ordering)."""
-    out: list[dict[str, Any]] = []
-
-    @hypothesis_seed(seed)
-    @settings(max_examples=count, phases=[Phase.generate], deadline=None, database=None,
-              suppress_health_check=list(HealthCheck))
-    @given(ann.strategy_for(ann.implementation(name)))
-    def collect(inputs: dict[str, Any]) -> None:
-        out.append(inputs)
-
-    with reach.without_local_constants():
-        collect()
-    return out
+    return reach.generated(ann.strategy_for(ann.implementation(name)), count, seed=seed)
 
 
 def _on_boundary(inputs: dict[str, Any]) -> set[float]:

@@ -11,7 +11,6 @@ from unittest import mock
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, Phase, given, seed, settings
 
 from fuzzkit import reach, triton_support
 from fuzzkit.registry import get_target
@@ -41,16 +40,8 @@ def _cases(strategy: Any, count: int, check: Callable[[dict[str, Any]], None],
     """Run ``check`` on ``count`` generated cases: seeded, no database, and without Hypothesis's
     pool of constants from loaded modules (:func:`reach.without_local_constants`), so what is
     generated does not depend on the machine or on which tests ran before in this process."""
-
-    @seed(at)
-    @settings(max_examples=count, phases=[Phase.generate], deadline=None, database=None,
-              suppress_health_check=list(HealthCheck))
-    @given(strategy)
-    def run(case: dict[str, Any]) -> None:
+    for case in reach.generated(strategy, count, seed=at):
         check(case)
-
-    with reach.without_local_constants():
-        run()
 
 
 # ============================================================================ thresholds

@@ -199,21 +199,10 @@ def test_thresholds_follow_the_launched_tiles_and_sources_are_declared() -> None
 
 
 def _cases(n: int, impl: str = "fusing", seed: int = 0) -> list[dict]:
-    from hypothesis import HealthCheck, Phase, given, settings
-    from hypothesis import seed as hypothesis_seed
+    from fuzzkit import reach
 
     target = get_target("compiler")
-    out: list[dict] = []
-
-    @hypothesis_seed(seed)
-    @settings(max_examples=n, phases=[Phase.generate], deadline=None, database=None,
-              suppress_health_check=list(HealthCheck))
-    @given(target.strategy_for(target.implementation(impl)))
-    def draw(inputs: dict) -> None:
-        out.append(inputs)
-
-    draw()
-    return out
+    return reach.generated(target.strategy_for(target.implementation(impl)), n, seed=seed)
 
 
 def test_long_reductions_are_drawn() -> None:

@@ -10,8 +10,6 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
-from hypothesis import HealthCheck, Phase, given, settings  # noqa: E402
-from hypothesis import seed as hypothesis_seed  # noqa: E402
 
 from fuzzkit import reach, triton_support  # noqa: E402
 from fuzzkit.registry import get_target, resolve_implementation  # noqa: E402
@@ -30,19 +28,8 @@ def target() -> Any:
 def generated(target: Any, impl: Any, count: int, run_seed: int = 0) -> list[dict[str, Any]]:
     """The first ``count`` cases of a seeded generation -- the same on every machine, in any
     test order (no database, no pool of constants from whatever modules happen to be loaded:
-    :func:`fuzzkit.reach.without_local_constants`)."""
-    drawn: list[dict[str, Any]] = []
-
-    @hypothesis_seed(run_seed)
-    @settings(max_examples=count, phases=[Phase.generate], database=None, deadline=None,
-              suppress_health_check=list(HealthCheck))
-    @given(target.strategy_for(impl))
-    def collect(case: dict[str, Any]) -> None:
-        drawn.append(case)
-
-    with reach.without_local_constants():
-        collect()
-    return drawn
+    :func:`fuzzkit.reach.generated`)."""
+    return reach.generated(target.strategy_for(impl), count, seed=run_seed)
 
 
 # ----------------------------------------------------------------- thresholds

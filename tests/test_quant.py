@@ -97,20 +97,7 @@ def test_triton_strategy_crosses_every_threshold(quant: Target, mode: str,
 
 
 def _generated(quant: Target, impl: str, cases: int) -> list[dict[str, Any]]:
-    from hypothesis import Phase
-    from hypothesis import seed as hypothesis_seed
-
-    out: list[dict[str, Any]] = []
-
-    @hypothesis_seed(3)
-    @settings(max_examples=cases, phases=[Phase.generate], deadline=None, database=None,
-              suppress_health_check=list(HealthCheck))
-    @given(quant.strategy_for(quant.implementation(impl)))
-    def collect(inputs: dict[str, Any]) -> None:
-        out.append(inputs)
-
-    collect()
-    return out
+    return reach.generated(quant.strategy_for(quant.implementation(impl)), cases, seed=3)
 
 
 def test_strategy_covers_the_contract_and_stays_inside_it(quant: Target) -> None:

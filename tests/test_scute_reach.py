@@ -10,7 +10,6 @@ from unittest import mock
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, Phase, given, seed, settings
 
 from fuzzkit import reach
 from fuzzkit.registry import get_target
@@ -72,15 +71,8 @@ def test_thresholds_are_declared_per_mode(target: Target) -> None:
 
 
 def _draw(target: Target, impl: Any, cases: int, check: Any) -> None:
-    @seed(3)
-    @settings(max_examples=cases, phases=[Phase.generate], deadline=None, database=None,
-              suppress_health_check=list(HealthCheck))
-    @given(target.strategy_for(impl))
-    def run(case: dict[str, Any]) -> None:
+    for case in reach.generated(target.strategy_for(impl), cases, seed=3):
         check(case)
-
-    with reach.without_local_constants():  # same draws whatever else the process imported
-        run()
 
 
 def test_drawn_cases_are_legal_and_cover_the_value_domain(target: Target) -> None:
