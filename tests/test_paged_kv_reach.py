@@ -84,10 +84,6 @@ def test_sizes_are_measured_by_replaying_the_program() -> None:
     assert seen["query_len"] == frozenset({2}) and seen["key_span"] == frozenset({2})
     assert seen["batch_tokens"] == frozenset({5})
     assert seen["block_size"] == frozenset({2})
-    if not triton_support.unavailable():
-        from targets.paged_kv import kernel_driver
-
-        assert sizes.LAUNCHED_IDS == kernel_driver.MAX_REQUESTS
 
 
 # ----------------------------------------------------------------- sequences

@@ -34,12 +34,10 @@ from typing import Any, Iterable, Mapping
 
 from fuzzkit import reach
 from targets.paged_kv.driver import OPS, Driver, Violation
+from targets.paged_kv.kernel_driver import MAX_REQUESTS as LAUNCHED_IDS
 from targets.paged_kv.protocol import Config
 from targets.paged_kv.reference import ReferenceManager
 
-#: Requests the guarded driver launches through the kernels (kernel_driver.MAX_REQUESTS; kept
-#: here as a literal so measuring sizes never imports torch).
-LAUNCHED_IDS = 8
 NAMES = ("live_requests", "table_blocks", "request_id", "query_len", "key_span",
          "batch_tokens", "block_size")
 
@@ -59,7 +57,6 @@ class _Recorder(Driver):
 
     def launch(self, rids: Iterable[int]) -> None:
         """One forward pass over ``rids`` (those with scheduled tokens), as the kernels see it."""
-        w = self.config.sliding_window
         tokens = 0
         for rid in rids:
             positions = self.requests[rid].pending if rid in self.requests else []
@@ -68,7 +65,7 @@ class _Recorder(Driver):
                 continue  # no attention launch for ids past the guard's device rows
             first, last = positions[0], positions[-1]
             self.seen["query_len"].add(len(positions))
-            self.seen["key_span"].add(last + 1 - (0 if w is None else max(0, first - w + 1)))
+            self.seen["key_span"].add(last + 1 - self._window(first).start)
         if tokens:
             self.seen["batch_tokens"].add(tokens)
 
@@ -77,8 +74,9 @@ class _Recorder(Driver):
         return super().write(rid)
 
     def forward(self) -> Any:
-        self.launch(self._pending_rids())
-        return [[rid, Driver.write(self, rid)] for rid in self._pending_rids()]
+        rids = self._pending_rids()
+        self.launch(rids)
+        return [[rid, Driver.write(self, rid)] for rid in rids]
 
 
 def _request_ids(program: Iterable[Mapping[str, Any]]) -> set[int]:

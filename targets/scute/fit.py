@@ -52,10 +52,7 @@ def _scaled(value: Any, exponent: int, fmt: Optional[str]) -> Any:
 
 
 def _excess(slot: Mapping[str, Any], dtype: str) -> Optional[tuple[str, float]]:
-    limits = {"t_diag": ranges.LIMIT_STORE[dtype], "t_mat": ranges.LIMIT_STORE[dtype],
-              "s": ranges.LIMIT_ACC, "b": ranges.LIMIT_ACC, "m": ranges.LIMIT_ACC,
-              "o": ranges.LIMIT_ACC}
-    for name, limit in limits.items():
+    for name, limit in ranges.parameter_limits(dtype).items():
         top = float(np.max(np.abs(np.asarray(slot[name], np.float64)), initial=0.0))
         if not top <= limit:
             return name, (top / limit if np.isfinite(top) else math.inf)

@@ -26,11 +26,12 @@ from typing import Optional
 
 import numpy as np
 
+from fuzzkit.values import LARGEST, SMALLEST_NORMAL
 from targets.scute import slots
 
-F32_MAX = float(np.finfo(np.float32).max)
-BF16_MAX = 3.3895313892515355e38
-SMALLEST_NORMAL_BF16 = 2.0 ** -126
+F32_MAX = LARGEST["float32"]
+BF16_MAX = LARGEST["bfloat16"]
+SMALLEST_NORMAL_BF16 = SMALLEST_NORMAL["bfloat16"]
 #: Largest magnitude of anything held in float32 (accumulators and the f32 slot parameters).
 LIMIT_ACC = F32_MAX / 2
 #: Largest magnitude of anything held in the storage dtype (T, x·T, the output).
@@ -92,10 +93,16 @@ def intermediates(packed: slots.Packed) -> dict[str, np.ndarray]:
     return out
 
 
+def parameter_limits(dtype: str) -> dict[str, float]:
+    """Largest magnitude of each slot parameter: ``T`` is stored in ``dtype``, the rest in
+    float32 (checked in this order)."""
+    store = LIMIT_STORE[dtype]
+    return {"t_diag": store, "t_mat": store, "s": LIMIT_ACC, "b": LIMIT_ACC, "m": LIMIT_ACC,
+            "o": LIMIT_ACC}
+
+
 def _bad_parameter(packed: slots.Packed) -> Optional[str]:
-    store = LIMIT_STORE[packed.dtype]
-    for name, limit in (("t_diag", store), ("t_mat", store), ("s", LIMIT_ACC),
-                        ("b", LIMIT_ACC), ("m", LIMIT_ACC), ("o", LIMIT_ACC)):
+    for name, limit in parameter_limits(packed.dtype).items():
         values = np.asarray(getattr(packed, name), np.float64)
         if values.size and not float(np.max(np.abs(values))) <= limit:
             return name
@@ -122,11 +129,6 @@ def violation(packed: slots.Packed) -> Optional[str]:
     return None
 
 
-def parameter_violation(packed: slots.Packed) -> Optional[str]:
-    """The first slot parameter outside its format's range (no intermediates), or None."""
-    return _bad_parameter(packed)
-
-
 def token_excess(packed: slots.Packed) -> np.ndarray:
     """Per token, the factor by which its row ``x_t`` exceeds the range (> 1: scale it down by at
     least that much; the bias, which does not scale with ``x``, gets the room that is left)."""
@@ -139,5 +141,5 @@ def token_excess(packed: slots.Packed) -> np.ndarray:
     return np.max(np.stack(ratios), axis=0)
 
 
-__all__ = ["LIMIT_ACC", "LIMIT_STORE", "intermediates", "read_abs", "violation",
-           "parameter_violation", "token_excess"]
+__all__ = ["LIMIT_ACC", "LIMIT_STORE", "intermediates", "parameter_limits", "read_abs",
+           "violation", "token_excess"]
