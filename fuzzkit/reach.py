@@ -109,6 +109,13 @@ def of_size(thresholds: Iterable[Threshold], name: str) -> tuple[Threshold, ...]
     return tuple(t for t in thresholds if t.size == name)
 
 
+def largest(thresholds: Iterable[Threshold], name: str, default: int) -> int:
+    """The largest ``name`` worth drawing: ``default`` (the strategy's plain range), or past the
+    highest threshold of that size -- its ``cap``, or ``2t + 1`` where it has none."""
+    return max([default] + [t.cap if t.cap is not None else 2 * t.value + 1
+                            for t in of_size(thresholds, name)])
+
+
 def _top(threshold: Threshold, hi: Optional[int]) -> Optional[int]:
     if threshold.cap is None:
         return hi

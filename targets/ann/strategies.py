@@ -245,7 +245,7 @@ def _edge_values(ths: Sequence[Threshold], size: str, lo: int = 1,
     Hypothesis favours the first of a choice, and ``reach.size`` lists ``t - 1`` first, so this
     order puts the weight on the other side of the edge."""
     out: list[int] = []
-    for t in edges.of(ths, size):
+    for t in reach.of_size(ths, size):
         out.extend(v for v in reversed(t.required(lo)) if hi is None or v <= hi)
     return list(dict.fromkeys(out))
 
@@ -294,16 +294,16 @@ def _inputs(draw: Draw, declared: tuple[Threshold, ...]) -> dict[str, Any]:
                      base=st.one_of(st.integers(1, 8), st.integers(1, BASE_DIM)))
 
     # Kernel-width constructions (only where the kernels' thresholds are declared).
-    width_case = bool(edges.of(ths, "width")) and T >= 1 and draw(st.booleans())
-    m_case = bool(edges.of(ths, "M")) and not width_case and draw(st.integers(0, 2)) == 0
+    width_case = bool(reach.of_size(ths, "width")) and T >= 1 and draw(st.booleans())
+    m_case = bool(reach.of_size(ths, "M")) and not width_case and draw(st.integers(0, 2)) == 0
     E = R = None
     if width_case:
-        width = reach.size(draw, "width", ths, lo=1, hi=edges.largest(ths, "width", 64),
+        width = reach.size(draw, "width", ths, lo=1, hi=reach.largest(ths, "width", 64),
                            base=_edges_of(ths, "width"))
         E, R = _factor(draw, width)
     m_target = None
     if m_case:
-        m_target = reach.size(draw, "M", ths, lo=1, hi=edges.largest(ths, "M", 64),
+        m_target = reach.size(draw, "M", ths, lo=1, hi=reach.largest(ths, "M", 64),
                               base=_edges_of(ths, "M"))
 
     # How many vectors: at build, inserted after it.
@@ -312,7 +312,7 @@ def _inputs(draw: Draw, declared: tuple[Threshold, ...]) -> dict[str, Any]:
     insert_mode = values.choose(draw, [("none", 8), ("some", 6), ("many", 4)])
     if insert_mode == "many":  # the insert's own graph block: many new rows, few old ones
         n_ins = _size(draw, "inserted", ths, lo=1, hi=MAX_VECTORS - 1,
-                      base=_edges_of(ths, "inserted") if edges.of(ths, "inserted") else few)
+                      base=_edges_of(ths, "inserted") if reach.of_size(ths, "inserted") else few)
         n = min(MAX_VECTORS, n_ins + draw(st.one_of(st.integers(1, 12), st.integers(1, 64))))
     else:
         n = _size(draw, "n", ths, lo=1, hi=MAX_VECTORS, base=n_base)
@@ -325,7 +325,7 @@ def _inputs(draw: Draw, declared: tuple[Threshold, ...]) -> dict[str, Any]:
         n_ins = min(n_ins, n - 1)
 
     q_ths = ths
-    if R is not None and edges.of(ths, "q"):
+    if R is not None and reach.of_size(ths, "q"):
         rows = tiles.current().rows(E * R)
         q_ths = ths + (Threshold("q", rows, "expansion rows per program at this width",
                                  cap=MAX_QUERIES),)
@@ -348,7 +348,8 @@ def _inputs(draw: Draw, declared: tuple[Threshold, ...]) -> dict[str, Any]:
     # R: against n - 1 other ids (at build, or after the insert).
     if R is None:
         have = n if n_ins == 0 or draw(st.booleans()) else n_old
-        top = MAX_R if not edges.of(ths, "width") else min(MAX_R, edges.largest(ths, "width", 64))
+        top = (MAX_R if not reach.of_size(ths, "width")
+               else min(MAX_R, reach.largest(ths, "width", 64)))
         R = _fill(draw, "graph_fill", ths, have - 1, 1, top,
                   st.one_of(st.integers(1, 8), st.integers(1, min(16, n + 2))))
 
@@ -370,8 +371,8 @@ def _inputs(draw: Draw, declared: tuple[Threshold, ...]) -> dict[str, Any]:
         counts = edges.candidate_counts(x, queries, params)
         have = counts[draw(st.integers(0, len(counts) - 1))]
         E = _fill(draw, "beam_fill", ths, have, 1, MAX_E, st.integers(1, 8))
-        if edges.of(ths, "width"):  # keep E * R within the kernels' widest drawn row
-            E = max(1, min(E, edges.largest(ths, "width", 64) // R))
+        if reach.of_size(ths, "width"):  # keep E * R within the kernels' widest drawn row
+            E = max(1, min(E, reach.largest(ths, "width", 64) // R))
 
     k_base = st.one_of(st.integers(1, 10), st.integers(1, min(n + 3, MAX_K)))
     if storage != "float32" and rerank:

@@ -176,14 +176,6 @@ def _values(draw: Draw, s: int, t: int, h: int, d: int
             np.ascontiguousarray(k, np.float32))
 
 
-def _top(name: str, thresholds: Sequence[Threshold], floor: int) -> int:
-    """The largest size ``name`` may take: the plain maximum, or past the largest threshold's
-    second multiple (up to its cap)."""
-    tops = [t.cap if t.cap is not None else 2 * t.value + 1
-            for t in thresholds if t.size == name]
-    return max([floor, *tops])
-
-
 def _size(draw: Draw, name: str, thresholds: Sequence[Threshold], *, lo: int, hi: int,
           base: st.SearchStrategy[int]) -> int:
     """:func:`fuzzkit.reach.size`, with the thresholds' boundary values among the plain draws
@@ -253,7 +245,7 @@ def _aim_groups(draw: Draw, thresholds: Sequence[Threshold], method: str
     block and the groups are drawn directly."""
     if method == "dense" or not reach.of_size(thresholds, "g"):
         return None
-    top = _top("g", thresholds, MAX_QUERIES)
+    top = reach.largest(thresholds, "g", MAX_QUERIES)
     if method == "attention_index":
         top = min(top, CLAIM_MIN_KEYS - 1)  # G keys or more: G >= 32 would always run the claim
     g = _size(draw, "g", thresholds, lo=1, hi=top,
@@ -290,7 +282,8 @@ def _keys(draw: Draw, thresholds: Sequence[Threshold], method: str, t: int,
         return _size(draw, "s", s_thresholds, lo=t, hi=max(t, AI_MAX_KEYS),
                      base=st.one_of(st.integers(t, max(t, 16)),
                                     st.integers(t, max(t, AI_PLAIN_KEYS))))
-    return _size(draw, "s", s_thresholds, lo=t, hi=max(t, _top("s", s_thresholds, MAX_KEYS)),
+    return _size(draw, "s", s_thresholds, lo=t,
+                 hi=max(t, reach.largest(s_thresholds, "s", MAX_KEYS)),
                  base=st.one_of(st.integers(t, max(t, 16)), st.integers(t, max(t, MAX_KEYS))))
 
 
@@ -302,7 +295,7 @@ def _inputs(draw: Draw, thresholds: Sequence[Threshold]) -> dict[str, Any]:
     # Half the other cases draw S first and T <= S after it: drawn first, a large T (its own
     # tiles: 16, 32 rows) would rule out the small S of the candidate tile (a row of 17) in
     # every case that draws it, and the two would rarely meet their edges in one run.
-    t_top = _top("t", thresholds, MAX_QUERIES)
+    t_top = reach.largest(thresholds, "t", MAX_QUERIES)
     t_base = st.one_of(st.integers(1, 4), st.integers(1, MAX_QUERIES))
     chunking: Optional[tuple[int, int]] = None
     aimed_ai = aimed is not None and method == "attention_index"
@@ -324,7 +317,7 @@ def _inputs(draw: Draw, thresholds: Sequence[Threshold]) -> dict[str, Any]:
         t = s  # prefill of a short context (a long one costs T = S rows in every relation)
     if s > LARGE_KEYS:
         t = min(t, 4)
-    d = _size(draw, "d", thresholds, lo=1, hi=_top("d", thresholds, MAX_DIM),
+    d = _size(draw, "d", thresholds, lo=1, hi=reach.largest(thresholds, "d", MAX_DIM),
               base=st.one_of(st.integers(1, 4), st.integers(1, MAX_DIM)))
     # The recall claim re-runs the search 512 times with the case's topk and top_g, and under
     # the interpreter the top-k kernel costs one extraction step per k: claim cases keep both

@@ -139,12 +139,6 @@ def _usual(plain: st.SearchStrategy[int], edges: Sequence[int]) -> st.SearchStra
     return st.one_of(plain, st.sampled_from(list(edges))) if edges else plain
 
 
-def _size_limit(name: str, thresholds: Sequence[reach.Threshold], base: int) -> int:
-    """The largest ``name`` a case may have: the base range, or the highest threshold's cap."""
-    return max([base] + [t.cap if t.cap is not None else 2 * t.value + 1
-                         for t in reach.of_size(thresholds, name)])
-
-
 @st.composite
 def _inputs(draw: Callable[[Any], Any], thresholds: tuple[reach.Threshold, ...]) -> dict[str, Any]:
     bits = draw(st.sampled_from(reference.BITS))
@@ -153,14 +147,14 @@ def _inputs(draw: Callable[[Any], Any], thresholds: tuple[reach.Threshold, ...])
     precision = draw(st.sampled_from(["float32", "float32", "float32", "float64", None]))
     # the dense float64 reference makes large D dear: only D's cheap edges are usual
     dim = reach.size(draw, "D", thresholds, lo=1,
-                     hi=min(checks.MAX_DIM, _size_limit("D", thresholds, BASE_DIM)),
+                     hi=min(checks.MAX_DIM, reach.largest(thresholds, "D", BASE_DIM)),
                      base=_usual(st.one_of(st.integers(1, BASE_DIM),
                                            st.sampled_from(INTERESTING_DIMS)),
                                  _edges("D", thresholds, 1, BASE_DIM)))
-    n_hi = _size_limit("n", thresholds, BASE_VECTORS)
+    n_hi = reach.largest(thresholds, "n", BASE_VECTORS)
     n = reach.size(draw, "n", thresholds, lo=0, hi=n_hi,
                    base=_usual(_row_count(BASE_VECTORS), _edges("n", thresholds, 0, n_hi)))
-    m_hi = _size_limit("m", thresholds, BASE_QUERIES)
+    m_hi = reach.largest(thresholds, "m", BASE_QUERIES)
     m = reach.size(draw, "m", thresholds, lo=0, hi=m_hi,
                    base=_usual(_row_count(BASE_QUERIES), _edges("m", thresholds, 0, m_hi)))
     vectors = _rows(draw, n, dim, seed)
