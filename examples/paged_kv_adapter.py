@@ -9,8 +9,8 @@ adapted is fuzzkit's own vLLM-style manager, reached only through an engine-shap
 (request objects, LoRA ids on the request, ``get_computed_blocks`` / ``allocate_slots``), the
 way you would wrap vLLM's ``KVCacheManager``:
 
-    fuzzkit run paged_kv --impl examples.paged_kv_adapter:EngineAdapter --budget 60   # clean
-    fuzzkit run paged_kv --impl examples.paged_kv_adapter:EngineAdapterDroppingLora   # finds it
+    PYTHONPATH=. fuzzkit run paged_kv --impl examples.paged_kv_adapter:EngineAdapter --budget 60   # clean
+    PYTHONPATH=. fuzzkit run paged_kv --impl examples.paged_kv_adapter:EngineAdapterDroppingLora   # finds it
 
 The second adapter has the classic bug of vLLM #3264: the LoRA id never reaches the block hash,
 so two requests with the same tokens under different adapters share KV.  fuzzkit's semantic KV

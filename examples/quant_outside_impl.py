@@ -1,6 +1,6 @@
 """An "outside" quant implementation, plugged in without editing fuzzkit:
 
-    fuzzkit run quant --impl examples.quant_outside_impl:run --budget 20
+    PYTHONPATH=. fuzzkit run quant --impl examples.quant_outside_impl:run --budget 20
 
 It wraps fuzzkit's own NumPy implementation and re-introduces a classic bug on purpose: the
 query is quantized like a stored vector before scoring (symmetric instead of asymmetric

@@ -21,6 +21,7 @@ import hashlib
 import json
 import math
 import os
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any, Mapping, Optional
@@ -36,6 +37,16 @@ MAX_FILE_BYTES = 64 * 1024 * 1024
 MAX_ARRAY_BYTES = 32 * 1024 * 1024
 MAX_DEPTH = 32
 MAX_ARRAY_DIMS = 8
+#: The largest extent of one array axis (numpy refuses larger shapes even when they hold nothing).
+MAX_AXIS = 2**31 - 1
+#: JSON values in one file: 31 MB of ``{}`` would otherwise decode to more than 2 GB of objects.
+MAX_JSON_VALUES = 1_000_000
+#: Integers beyond uint64 have no meaning in a case (a 5,000-digit one only costs time).
+MAX_INT_DIGITS = 20
+#: Strings fuzzkit shows to people (names, messages, signatures) stay readable and one line long.
+MAX_LABEL_CHARS = 256
+MAX_SIGNATURE_CHARS = 1024
+MAX_MESSAGE_CHARS = 64 * 1024
 #: Only plain numeric and boolean dtypes; object, void and string dtypes are refused outright.
 ALLOWED_DTYPES = frozenset(
     np.dtype(t).str
@@ -132,10 +143,10 @@ def encode_value(value: Any) -> Any:
     if isinstance(value, np.ndarray):
         if value.dtype.str not in ALLOWED_DTYPES:
             raise TypeError(f"cannot store arrays of dtype {value.dtype} in a case file")
-        data = np.ascontiguousarray(value)
+        data = np.ascontiguousarray(value)  # (makes a 0-d array 1-d: the shape is value's)
         return {"__ndarray__": {
             "dtype": data.dtype.str,
-            "shape": list(data.shape),
+            "shape": list(value.shape),
             "data": base64.b64encode(data.tobytes()).decode("ascii"),
         }}
     if isinstance(value, np.generic):
@@ -164,12 +175,19 @@ def decode_value(value: Any, path: str = "inputs", depth: int = 0) -> Any:
             return _decode_array(value, path)
         if "__float__" in value:
             if set(value) != {"__float__"} or value["__float__"] not in ("nan", "inf", "-inf"):
-                raise CaseFileError(f"{path}: bad non-finite float {value!r}")
+                raise CaseFileError(f"{path}: bad non-finite float {shown(value)}")
             return float(value["__float__"])
         return {k: decode_value(v, f"{path}.{k}", depth + 1) for k, v in value.items()}
     if isinstance(value, list):
         return [decode_value(v, f"{path}[{i}]", depth + 1) for i, v in enumerate(value)]
     return value
+
+
+def shown(value: Any, limit: int = 80) -> str:
+    """A value from a file as one short, escaped line for an error message: control characters
+    and non-ASCII escaped (no terminal escapes reach the screen), long values cut."""
+    text = ascii(value)
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def _decode_array(value: dict[str, Any], path: str) -> np.ndarray:
@@ -179,11 +197,12 @@ def _decode_array(value: dict[str, Any], path: str) -> np.ndarray:
         raise CaseFileError(f"{path}: an array needs exactly dtype, shape and data")
     dtype_text, shape, data = spec["dtype"], spec["shape"], spec["data"]
     if not isinstance(dtype_text, str) or dtype_text not in ALLOWED_DTYPES:
-        raise CaseFileError(f"{path}: dtype {dtype_text!r} is not allowed in a case file")
+        raise CaseFileError(f"{path}: dtype {shown(dtype_text)} is not allowed in a case file")
     if (not isinstance(shape, list) or len(shape) > MAX_ARRAY_DIMS
-            or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in shape)):
+            or not all(isinstance(n, int) and not isinstance(n, bool) and 0 <= n <= MAX_AXIS
+                       for n in shape)):
         raise CaseFileError(f"{path}: shape must be a list of at most {MAX_ARRAY_DIMS} "
-                            "non-negative integers")
+                            f"integers in 0..{MAX_AXIS}, got {shown(shape)}")
     dtype = np.dtype(dtype_text)
     count = math.prod(shape)
     if count * dtype.itemsize > MAX_ARRAY_BYTES:
@@ -216,7 +235,12 @@ def loads(text: str | bytes, source: str = "<case>") -> Case:
 
 
 def parse_json(text: str | bytes, source: str = "<case>") -> Any:
-    """The JSON value of a fuzzkit file (case or sequence), refusing pickles and bare NaN."""
+    """The JSON value of a fuzzkit file (case or sequence), refusing pickles, bare NaN, duplicate
+    keys, non-finite or absurdly long numbers, and more values or nesting than a case can need --
+    before the decoded value can cost more memory than the file's bytes."""
+    if len(text) > MAX_FILE_BYTES:
+        raise CaseFileError(f"{source}: {len(text)} bytes exceeds the {MAX_FILE_BYTES}-byte limit "
+                            "for case files")
     if isinstance(text, bytes):
         if text[:1] == b"\x80":  # every binary pickle protocol (2-5) starts with PROTO 0x80
             raise CaseFileError(f"{source}: looks like a pickle payload, not a fuzzkit case file; "
@@ -231,8 +255,15 @@ def parse_json(text: str | bytes, source: str = "<case>") -> Any:
     if stripped[0] in "c(]}" and stripped.endswith(".") and "\n" in stripped:
         raise CaseFileError(f"{source}: looks like a text pickle payload, not a fuzzkit case file; "
                             "case files are JSON and are never unpickled")
+    # Every JSON value but the first follows a comma or opens a container: an upper bound on the
+    # number of values, counted before json builds any of them.
+    values = text.count(",") + text.count("[") + text.count("{")
+    if values > MAX_JSON_VALUES:
+        raise CaseFileError(f"{source}: about {values} JSON values exceed the limit of "
+                            f"{MAX_JSON_VALUES}; arrays belong in base64 ndarray records")
     try:
-        return json.loads(text, parse_constant=_refuse_constant)
+        data = json.loads(text, parse_constant=_refuse_constant, parse_int=_bounded_int,
+                          parse_float=_finite_float, object_pairs_hook=_unique_keys)
     except json.JSONDecodeError as exc:
         hint = " (truncated?)" if exc.pos >= len(text.rstrip()) - 1 else ""
         raise CaseFileError(f"{source}: not valid JSON{hint}: {exc.msg} at line {exc.lineno} "
@@ -241,6 +272,28 @@ def parse_json(text: str | bytes, source: str = "<case>") -> Any:
         raise CaseFileError(f"{source}: JSON nested too deeply") from None
     except CaseFileError as exc:
         raise CaseFileError(f"{source}: {exc}") from None
+    deepest = _depth(data)
+    if deepest > MAX_FILE_DEPTH:
+        raise CaseFileError(f"{source}: JSON nested {deepest} levels deep; a case file has at "
+                            f"most {MAX_FILE_DEPTH}")
+    return data
+
+
+#: Nesting of a whole file: inputs (``MAX_DEPTH``) sit a few levels below the top.
+MAX_FILE_DEPTH = MAX_DEPTH + 8
+
+
+def _depth(value: Any) -> int:
+    """The nesting depth of a JSON value, without recursion (a hostile file may nest deeply)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, (dict, list)):
+            deepest = max(deepest, level)
+            if level <= MAX_FILE_DEPTH:  # deeper than that is refused anyway; stop walking
+                stack.extend((child, level + 1)
+                             for child in (item.values() if isinstance(item, dict) else item))
+    return deepest
 
 
 def _refuse_constant(name: str) -> Any:
@@ -248,52 +301,135 @@ def _refuse_constant(name: str) -> Any:
                         '{"__float__": "nan"}')
 
 
-def from_json(data: Any, source: str = "<case>") -> Case:
+def _bounded_int(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_INT_DIGITS:
+        raise CaseFileError(f"an integer of {len(text.lstrip('-'))} digits; a case file's "
+                            f"integers have at most {MAX_INT_DIGITS}")
+    return int(text)
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise CaseFileError(f"number {shown(text, 40)} overflows a float; non-finite floats are "
+                            'written as {"__float__": "inf"}')
+    return value
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object, refusing duplicate keys (json would silently keep the last one, so two
+    readers of the same file could see different cases)."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        duplicate = next(key for key, _ in pairs if key in seen or seen.add(key))  # type: ignore
+        raise CaseFileError(f"duplicate key {shown(duplicate)} in one JSON object")
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# The parts every fuzzkit file shares: header fields and the failure block
+
+
+@dataclasses.dataclass(frozen=True)
+class Header:
+    """The validated fields every case and sequence file carries besides its inputs."""
+
+    target: str
+    implementation: str
+    origin: str
+    fuzzkit_version: str
+    failure: Optional[Failure]
+    file_id: Optional[str]
+
+
+def parse_header(data: Any, source: str, format_name: str, keys: set[str]) -> Header:
+    """Check the shared fields of a case or sequence file (``keys``: every key the format
+    allows).  Inputs are each format's own; everything else in the file is validated here, so a
+    file has no part that is neither checked nor hashed."""
     if not isinstance(data, dict):
         raise CaseFileError(f"{source}: top level must be a JSON object")
-    if data.get("format") != FORMAT:
-        raise CaseFileError(f"{source}: format is {data.get('format')!r}, expected {FORMAT!r} "
-                            "(is this a fuzzkit case file?)")
-    extra = set(data) - _TOP_KEYS
+    if data.get("format") != format_name:
+        raise CaseFileError(f"{source}: format is {shown(data.get('format'))}, expected "
+                            f"{format_name!r} (is this a fuzzkit file?)")
+    extra = set(data) - keys
     if extra:
-        raise CaseFileError(f"{source}: unknown keys {sorted(extra)}")
+        raise CaseFileError(f"{source}: unknown keys {shown(sorted(extra))}")
     for key in ("target", "implementation"):
-        if not isinstance(data.get(key), str) or not data[key]:
-            raise CaseFileError(f"{source}: {key!r} must be a non-empty string")
+        _label(data.get(key), f"{source}: {key!r}", required=True)
+    for key in ("origin", "fuzzkit_version"):
+        _label(data.get(key), f"{source}: {key!r}", required=False)
+    file_id = data.get("id")
+    if file_id is not None and (not isinstance(file_id, str) or len(file_id) != 20
+                                or any(c not in "0123456789abcdef" for c in file_id)):
+        raise CaseFileError(f"{source}: 'id' must be 20 lowercase hex digits, got {shown(file_id)}")
+    return Header(target=data["target"], implementation=data["implementation"],
+                  origin=data.get("origin") or "unknown",
+                  fuzzkit_version=data.get("fuzzkit_version") or "unknown",
+                  failure=parse_failure(data.get("failure"), source), file_id=file_id)
+
+
+def _label(value: Any, what: str, required: bool, limit: int = MAX_LABEL_CHARS) -> None:
+    if value is None and not required:
+        return
+    if (not isinstance(value, str) or not value or len(value) > limit
+            or not value.isprintable()):
+        raise CaseFileError(f"{what} must be a non-empty printable string of at most "
+                            f"{limit} characters, got {shown(value)}")
+
+
+def parse_failure(raw: Any, source: str) -> Optional[Failure]:
+    """The recorded failure of a file.  It is outside the content hash (the same inputs are the
+    same reproducer whatever was recorded), so it is validated field by field instead: a kind
+    fuzzkit knows, a printable signature, a bounded message and JSON details."""
+    if raw is None:
+        return None
+    needs = (f"{source}: 'failure' needs kind (one of {', '.join(KINDS)}), message, signature "
+             "and details")
+    if not isinstance(raw, dict) or set(raw) - {"kind", "message", "signature", "details"}:
+        raise CaseFileError(needs)
+    if raw.get("kind") not in KINDS or not isinstance(raw.get("message"), str):
+        raise CaseFileError(needs)
+    details = raw.get("details", {})
+    if not isinstance(details, dict):
+        raise CaseFileError(needs)
+    _label(raw.get("signature"), f"{source}: failure 'signature'", required=True,
+           limit=MAX_SIGNATURE_CHARS)
+    if len(raw["message"]) > MAX_MESSAGE_CHARS:
+        raise CaseFileError(f"{source}: failure 'message' is longer than {MAX_MESSAGE_CHARS} "
+                            "characters")
+    return Failure.from_json(raw)
+
+
+def from_json(data: Any, source: str = "<case>") -> Case:
+    header = parse_header(data, source, FORMAT, _TOP_KEYS)
     seed = data.get("seed")
     if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
         raise CaseFileError(f"{source}: 'seed' must be an integer or null")
     if not isinstance(data.get("inputs"), dict):
         raise CaseFileError(f"{source}: 'inputs' must be a JSON object")
+    inputs = decode_inputs(data["inputs"], "inputs", source)
+    case = Case(target=header.target, implementation=header.implementation, inputs=inputs,
+                seed=seed, failure=header.failure, origin=header.origin,
+                fuzzkit_version=header.fuzzkit_version)
+    check_id(header.file_id, case.case_id, source)
+    return case
+
+
+def decode_inputs(raw: Any, path: str, source: str) -> dict[str, Any]:
+    """Inputs of a file (one case, or one step of a sequence) as Python values; one-line errors."""
     try:
-        inputs = decode_value(data["inputs"])
-    except RecursionError:
-        raise CaseFileError(f"{source}: inputs nested too deeply") from None
+        return decode_value(raw, path)
+    except RecursionError:  # pragma: no cover - parse_json bounds the depth first
+        raise CaseFileError(f"{source}: {path} nested too deeply") from None
     except CaseFileError as exc:
         raise CaseFileError(f"{source}: {exc}") from None
-    failure = None
-    if data.get("failure") is not None:
-        raw = data["failure"]
-        if (not isinstance(raw, dict) or raw.get("kind") not in KINDS
-                or not isinstance(raw.get("message"), str)
-                or not isinstance(raw.get("signature"), str)
-                or not isinstance(raw.get("details", {}), dict)):
-            raise CaseFileError(f"{source}: 'failure' needs kind (one of {', '.join(KINDS)}), "
-                                "message, signature and details")
-        failure = Failure.from_json(raw)
-    case = Case(
-        target=data["target"],
-        implementation=data["implementation"],
-        inputs=inputs,
-        seed=seed,
-        failure=failure,
-        origin=str(data.get("origin", "unknown")),
-        fuzzkit_version=str(data.get("fuzzkit_version", "unknown")),
-    )
-    if "id" in data and data["id"] != case.case_id:
-        raise CaseFileError(f"{source}: content hash mismatch (file says {data['id']}, content "
-                            f"hashes to {case.case_id}); the file was edited or corrupted")
-    return case
+
+
+def check_id(file_id: Optional[str], content_id: str, source: str) -> None:
+    if file_id is not None and file_id != content_id:
+        raise CaseFileError(f"{source}: content hash mismatch (file says {file_id}, content "
+                            f"hashes to {content_id}); the file was edited or corrupted")
 
 
 def load(path: os.PathLike[str] | str) -> Case:
@@ -303,17 +439,38 @@ def load(path: os.PathLike[str] | str) -> Case:
 
 
 def read_bounded(p: Path) -> bytes:
-    """The bytes of ``p``, refusing files over :data:`MAX_FILE_BYTES` (one-line errors)."""
+    """The bytes of ``p``: a regular file of at most :data:`MAX_FILE_BYTES` (one-line errors).
+
+    The file is opened non-blocking and checked on the open descriptor, so a FIFO, a device or a
+    socket named ``x.json`` is refused instead of hanging the reader, and a file swapped between
+    the check and the read cannot slip through."""
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
     try:
-        size = p.stat().st_size
-        if size > MAX_FILE_BYTES:
-            raise CaseFileError(f"{p}: {size} bytes exceeds the {MAX_FILE_BYTES}-byte limit "
-                                "for case files")
-        with p.open("rb") as handle:
-            return handle.read(MAX_FILE_BYTES + 1)
+        fd = os.open(p, flags)
     except FileNotFoundError:
         raise CaseFileError(f"{p}: no such file") from None
     except IsADirectoryError:
         raise CaseFileError(f"{p}: is a directory, expected a case file") from None
     except PermissionError:
         raise CaseFileError(f"{p}: permission denied") from None
+    except OSError as exc:
+        raise CaseFileError(f"{p}: cannot open: {exc.strerror or exc}") from None
+    info = os.fstat(fd)
+    problem = None
+    if stat.S_ISDIR(info.st_mode):
+        problem = "is a directory, expected a case file"
+    elif not stat.S_ISREG(info.st_mode):
+        problem = "not a regular file (a FIFO, device or socket); case files are plain files"
+    elif info.st_size > MAX_FILE_BYTES:
+        problem = f"{info.st_size} bytes exceeds the {MAX_FILE_BYTES}-byte limit for case files"
+    if problem is not None:
+        os.close(fd)
+        raise CaseFileError(f"{p}: {problem}")
+    with os.fdopen(fd, "rb") as handle:
+        try:
+            data = handle.read(MAX_FILE_BYTES + 1)
+        except OSError as exc:
+            raise CaseFileError(f"{p}: cannot read: {exc.strerror or exc}") from None
+    if len(data) > MAX_FILE_BYTES:
+        raise CaseFileError(f"{p}: grew past the {MAX_FILE_BYTES}-byte limit while being read")
+    return data

@@ -96,6 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--impl", help="replay against this implementation instead")
     p.add_argument("--mutant", action="append", default=[], metavar="NAME",
                    help="replay under this shipped mutant of the case's target (repeatable)")
+    _add_file_run_options(p)
 
     p = sub.add_parser("shrink", help="minimize a failing case file")
     p.add_argument("path", type=Path, metavar="PATH")
@@ -103,6 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--impl", help="implementation name, or module:attr for an outside one "
                                   "(default: the registered one the case file names; a file "
                                   "never chooses code to import)")
+    _add_file_run_options(p)
 
     p = sub.add_parser("bisect", help="find the first diverging node of a failing graph case "
                                       "and its smallest failing window")
@@ -113,6 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="directory for the minimized case and its repro script "
                         "(default: bisected/ beside CASE)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    _add_file_run_options(p)
 
     p = sub.add_parser("mutants", help="check that the fuzzer catches every shipped mutant")
     p.add_argument("targets", nargs="*", metavar="TARGET")
@@ -131,6 +134,24 @@ def build_parser() -> argparse.ArgumentParser:
                    help="skip the fresh-process confirmation (state-dependent mutants then "
                         "look reproducible)")
     return parser
+
+
+def _add_file_run_options(p: argparse.ArgumentParser, isolation: bool = True) -> None:
+    """What a command that runs cases from files takes: limits the user may raise, a time limit
+    per case and (where the command supports it) isolation."""
+    p.add_argument("--limit", action="append", default=[], metavar="NAME=N",
+                   help="raise one of the target's resource limits for this file (`fuzzkit list "
+                        "--json` names them); a file never raises them itself")
+    p.add_argument("--case-timeout", type=_positive_float, default=60.0,
+                   help="seconds one case may take before it counts as a timeout (default 60)")
+    if isolation:
+        p.add_argument("--isolate", action=argparse.BooleanOptionalAction, default=None,
+                       help="run cases in a child process so a segfault, hang or OOM is a verdict "
+                            "(default: only for cases whose recorded failure is a crash, timeout "
+                            "or oom)")
+        p.add_argument("--memory-mb", type=_positive_int, default=None,
+                       help="address-space headroom of the isolated case process (implies "
+                            "--isolate)")
 
 
 def _positive_float(text: str) -> float:
@@ -154,9 +175,8 @@ def _positive_int(text: str) -> int:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    # Like `python -m`: --impl module:attr finds modules in the current directory.
-    if os.getcwd() not in sys.path and "" not in sys.path:
-        sys.path.insert(0, os.getcwd())
+    # The current directory is deliberately not put on sys.path: a module planted there must not
+    # be importable by name.  An outside --impl is found on PYTHONPATH, like any import.
     try:
         args = build_parser().parse_args(argv)
         return COMMANDS[args.command](args)
@@ -443,44 +463,68 @@ def _case_implementation(target: Any, case: Any, path: Path, chosen: Optional[st
     return implementation_named_by_file(target, case.implementation, str(path))
 
 
-def cmd_replay(args: argparse.Namespace) -> int:
-    import contextlib
+def _isolation_of(record: Any, args: argparse.Namespace) -> tuple[bool, Optional[int]]:
+    """Whether to run a file's cases isolated, and with what memory headroom."""
+    from fuzzkit.admission import memory_headroom, wants_isolation
 
+    if args.memory_mb is not None and args.isolate is False:
+        raise UsageError("--memory-mb limits an isolated case process: drop --no-isolate")
+    isolate = wants_isolation(record, True if args.memory_mb is not None else args.isolate)
+    return isolate, memory_headroom(record, isolate, args.memory_mb)
+
+
+def _load_admitted(paths: Sequence[Path], args: argparse.Namespace) -> list[tuple[Path, Any, Any]]:
+    """(path, case or sequence, target) for every file, each loaded, bounded and validated
+    before any of them runs."""
+    from fuzzkit.sequence import load_any
+
+    loaded = [(path, load_any(path)) for path in paths]
+    return [(path, record, _admit(path, record, args)) for path, record in loaded]
+
+
+def _admit(path: Path, record: Any, args: argparse.Namespace) -> Any:
+    """The target of a loaded file once its inputs are within limits (``--limit``) and valid."""
+    from fuzzkit.admission import admit
+    from fuzzkit.limits import parse_overrides
+
+    return admit(record, str(path), parse_overrides(args.limit))
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
     from fuzzkit import corpus
-    from fuzzkit.registry import get_target
-    from fuzzkit.runner import check_case
-    from fuzzkit.sequence import CaseSequence, load_any
-    from fuzzkit.sequence import replay as replay_sequence
+    from fuzzkit.admission import case_checker, steps_of
+    from fuzzkit.case import shown
+    from fuzzkit.sequence import CaseSequence
 
     files = list(corpus.case_files(args.paths))
     if not files:
         raise UsageError(f"no case files under {', '.join(map(str, args.paths))}")
-    cases = [(path, load_any(path)) for path in files]  # every file is validated before any runs
-    if args.mutant and len({c.target for _, c in cases}) != 1:
+    admitted = _load_admitted(files, args)
+    if args.mutant and len({record.target for _, record, _ in admitted}) != 1:
         raise UsageError("--mutant needs case files of one target")
     failed = 0
-    for path, case in cases:
-        target = get_target(case.target)
+    for path, record, target in admitted:
         mutants = [target.mutant(m) for m in args.mutant]
         impl = (target.implementation(mutants[0].implementation) if mutants and not args.impl
-                else _case_implementation(target, case, path, args.impl))
+                else _case_implementation(target, record, path, args.impl))
         reason = impl.unavailable()
         if reason:
             raise UsageError(f"{path}: implementation {impl.name!r} cannot run here: {reason}")
-        with contextlib.ExitStack() as stack:
-            for mutant in mutants:
-                stack.enter_context(mutant.applied())
-            if isinstance(case, CaseSequence):
-                failure = replay_sequence(target, impl, case.steps)[-1]
-                what = f"  (sequence of {len(case.steps)} cases; verdict of the last)"
-            else:
-                failure = check_case(target, impl, case.inputs).failure
-                what = ""
+        isolate, memory_mb = _isolation_of(record, args)
+        steps = steps_of(record)
+        sequence = isinstance(record, CaseSequence)
+        with case_checker(target, impl, isolate=isolate, case_timeout=args.case_timeout,
+                          memory_mb=memory_mb, mutants=mutants) as check:
+            # A sequence's earlier steps only set up state: each runs once, as when fuzzing.
+            failure = [check(target, impl, step, confirm=not sequence).failure
+                       for step in steps][-1]
+        what = f"  (sequence of {len(steps)} cases; verdict of the last)" if sequence else ""
+        what += "  (isolated)" if isolate else ""
         if failure is None:
-            recorded = case.failure
+            recorded = record.failure
             if recorded is not None and recorded.kind == "state-dependent":
                 note = (" (recorded as state-dependent: it fails only after earlier cases; "
-                        f"replay its sequence {recorded.details.get('sequence')})")
+                        f"replay its sequence {shown(recorded.details.get('sequence'))})")
             elif recorded is not None:
                 note = " (the recorded failure is fixed)"
             else:
@@ -493,18 +537,25 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def cmd_shrink(args: argparse.Namespace) -> int:
-    from fuzzkit.case import load
-    from fuzzkit.registry import get_target
+    from fuzzkit.admission import case_checker
     from fuzzkit.shrink.ddmin import shrink_case
 
-    case = load(args.path)
-    target = get_target(case.target)
-    impl = _case_implementation(target, case, args.path, args.impl)
-    try:
-        result = shrink_case(target, impl, case)
-    except ValueError as exc:
-        raise UsageError(f"{args.path}: {exc}") from None
-    out = result.case.save(args.output or args.path.parent)
+    ((path, case, target),) = _load_admitted([args.path], args)
+    if not hasattr(case, "inputs"):
+        raise UsageError(f"{path}: a case sequence; `fuzzkit shrink` minimizes single cases")
+    impl = _case_implementation(target, case, path, args.impl)
+    reason = impl.unavailable()
+    if reason:
+        raise UsageError(f"{path}: implementation {impl.name!r} cannot run here: {reason}")
+    isolate, memory_mb = _isolation_of(case, args)
+    with case_checker(target, impl, isolate=isolate, case_timeout=args.case_timeout,
+                      memory_mb=memory_mb) as check:
+        try:
+            result = shrink_case(target, impl, case, timeout=args.case_timeout,
+                                 checker=check if isolate else None)
+        except ValueError as exc:
+            raise UsageError(f"{path}: {exc}") from None
+    out = _save_case(result.case, args.output or path.parent)
     sizes = ", ".join(f"{k}: {result.before[k]} -> {result.after[k]}" for k in result.before)
     print(f"shrunk in {result.tests} tests ({sizes or 'nothing reducible'}); "
           f"{result.case.failure.signature if result.case.failure else ''}")
@@ -512,19 +563,27 @@ def cmd_shrink(args: argparse.Namespace) -> int:
     return EXIT_FINDINGS
 
 
-def cmd_bisect(args: argparse.Namespace) -> int:
-    import contextlib
+def _save_case(case: Any, directory: Path) -> Path:
+    try:
+        return case.save(directory)
+    except OSError as exc:
+        raise UsageError(f"cannot write the case to {directory}: {exc.strerror or exc}; pass a "
+                         "writable directory (--output/--out)") from None
 
+
+def cmd_bisect(args: argparse.Namespace) -> int:
+    from fuzzkit.admission import case_checker
     from fuzzkit.case import Case, load
     from fuzzkit.registry import get_target
     from fuzzkit.shrink.bisect import NotFailing, bisect, is_graph_case
     from fuzzkit.shrink.repro import write_repro
 
     case = load(args.path)
-    target = get_target(case.target)
+    get_target(case.target)  # an unknown target is named before anything else
     if not is_graph_case(case.inputs):
         raise UsageError(f"{args.path}: not a graph case (target {case.target!r}; bisect needs "
                          "inputs with graph, values and dtype); use `fuzzkit shrink`")
+    target = _admit(args.path, case, args)
     impl = _case_implementation(target, case, args.path, args.impl)
     mutant = target.mutant(args.mutant) if args.mutant else None
     if mutant is not None and mutant.implementation != impl.name:
@@ -533,9 +592,12 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     reason = impl.unavailable()
     if reason:
         raise UsageError(f"implementation {impl.name!r} cannot run here: {reason}")
-    with mutant.applied() if mutant is not None else contextlib.nullcontext():
+    isolate, memory_mb = _isolation_of(case, args)
+    with case_checker(target, impl, isolate=isolate, case_timeout=args.case_timeout,
+                      memory_mb=memory_mb, mutants=[mutant] if mutant else []) as check:
         try:
-            result = bisect(target, impl, case.inputs)
+            result = bisect(target, impl, case.inputs, timeout=args.case_timeout,
+                            checker=check if isolate else None)
         except NotFailing as exc:
             if args.json:
                 print(json.dumps({"case": str(args.path), "failed": False, "error": str(exc)}))
@@ -546,7 +608,7 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     minimized = Case(target=case.target, implementation=impl.name,
                      inputs=result.minimized_inputs, seed=case.seed, failure=result.failure,
                      origin="bisect")
-    case_path = minimized.save(out_dir)
+    case_path = _save_case(minimized, out_dir)
     repro = write_repro(minimized, case_path, first_node=result.first_node, op=result.op,
                         window=result.window, signature=result.signature)
     if args.json:

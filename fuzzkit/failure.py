@@ -37,9 +37,12 @@ class Failure:
         object.__setattr__(self, "details", jsonable(dict(self.details)))
 
     def to_json(self) -> dict[str, Any]:
+        # Case files refuse longer messages (fuzzkit.case.MAX_MESSAGE_CHARS): a finding must load.
+        message = self.message if len(self.message) <= 60_000 else (
+            self.message[:60_000] + "\n... (message cut at 60,000 characters)")
         return {
             "kind": self.kind,
-            "message": self.message,
+            "message": message,
             "signature": self.signature,
             "details": dict(self.details),
         }

@@ -64,15 +64,23 @@ class _FuzzkitItem(pytest.Item):
 
 
 class RegressionItem(_FuzzkitItem):
+    """One corpus regression file: loaded, bounded and validated like ``fuzzkit replay`` does
+    (the file may come from anyone), run with a time limit, and isolated in a child process when
+    its recorded failure is a crash, hang or OOM -- so a regression that comes back is a failed
+    test, not a dead pytest."""
+
+    #: Seconds one regression case may take.
+    CASE_TIMEOUT_S = 60.0
+
     def runtest(self) -> None:
+        from fuzzkit.admission import admit, case_checker, memory_headroom, wants_isolation
         from fuzzkit.case import load
         from fuzzkit.errors import FuzzkitError
-        from fuzzkit.registry import get_target, implementation_named_by_file
-        from fuzzkit.runner import check_case
+        from fuzzkit.registry import implementation_named_by_file
 
         try:
             case = load(self.path)
-            target = get_target(case.target)
+            target = admit(case, str(self.path))
             allowed = [*self.config.getoption("fuzzkit_impl"), *self.config.getini("fuzzkit_impl")]
             impl = implementation_named_by_file(target, case.implementation, str(self.path),
                                                 allowed=allowed)
@@ -81,7 +89,10 @@ class RegressionItem(_FuzzkitItem):
         reason = impl.unavailable()
         if reason:
             pytest.skip(f"{impl.name} unavailable: {reason}")
-        failure = check_case(target, impl, case.inputs).failure
+        isolate = wants_isolation(case, None)
+        with case_checker(target, impl, isolate=isolate, case_timeout=self.CASE_TIMEOUT_S,
+                          memory_mb=memory_headroom(case, isolate, None)) as check:
+            failure = check(target, impl, case.inputs).failure
         if failure is not None:
             raise CaseFailed(f"{failure.signature}\n{failure.message}\n"
                              f"replay: fuzzkit replay {self.path}")

@@ -140,8 +140,9 @@ def load_object(spec: str, *, what: str = "object") -> Any:
     try:
         obj: Any = importlib.import_module(module_name)
     except ImportError as exc:
-        raise UsageError(f"{what}: cannot import {module_name!r} ({exc}); is it installed and on "
-                         "PYTHONPATH?") from None
+        raise UsageError(f"{what}: cannot import {module_name!r} ({exc}); is it installed or on "
+                         "PYTHONPATH? (fuzzkit never imports from the current directory by "
+                         "itself: for a module here, run with PYTHONPATH=.)") from None
     for part in attr.split("."):
         try:
             obj = getattr(obj, part)

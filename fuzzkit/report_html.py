@@ -87,12 +87,9 @@ def load_run(run_dir: os.PathLike[str] | str) -> RunData:
     if missing:
         raise UsageError(f"{run_dir}: not a campaign run directory (no {' or '.join(missing)}); "
                          "give a reports/<run-id> directory written by `fuzzkit run`")
-    try:
-        state = json.loads(state_path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise UsageError(f"{state_path}: unreadable ({_one_line(exc)})") from None
-    if not isinstance(state, dict):
-        raise UsageError(f"{state_path}: top level must be a JSON object")
+    from fuzzkit.campaign.state import read_state
+
+    state = read_state(run_dir)  # bounded and strict, one-line errors
     events, bad = [], 0
     with events_path.open("rb") as handle:
         for raw in handle:

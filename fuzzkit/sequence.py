@@ -21,9 +21,10 @@ from pathlib import Path
 from typing import Any, Optional, Sequence, Union
 
 from fuzzkit import __version__
-from fuzzkit.case import (Case, CaseFileError, SavedAsJson, canonical_json, decode_value,
-                          encode_value, from_json, parse_json, read_bounded)
-from fuzzkit.failure import KINDS, Failure
+from fuzzkit.case import (Case, CaseFileError, SavedAsJson, canonical_json, check_id,
+                          decode_inputs, encode_value, from_json, parse_header, parse_json,
+                          read_bounded)
+from fuzzkit.failure import Failure
 
 FORMAT = "fuzzkit-sequence/1"
 MAX_STEPS = 4096
@@ -60,14 +61,7 @@ class CaseSequence(SavedAsJson):
 
 
 def from_data(data: Any, source: str = "<sequence>") -> CaseSequence:
-    if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise CaseFileError(f"{source}: not a fuzzkit case sequence (format {FORMAT!r})")
-    extra = set(data) - _TOP_KEYS
-    if extra:
-        raise CaseFileError(f"{source}: unknown keys {sorted(extra)}")
-    for key in ("target", "implementation"):
-        if not isinstance(data.get(key), str) or not data[key]:
-            raise CaseFileError(f"{source}: {key!r} must be a non-empty string")
+    header = parse_header(data, source, FORMAT, _TOP_KEYS)
     steps = data.get("steps")
     if not isinstance(steps, list) or not steps or len(steps) > MAX_STEPS:
         raise CaseFileError(f"{source}: 'steps' must be a list of 1 to {MAX_STEPS} inputs")
@@ -75,37 +69,25 @@ def from_data(data: Any, source: str = "<sequence>") -> CaseSequence:
     for i, step in enumerate(steps):
         if not isinstance(step, dict):
             raise CaseFileError(f"{source}: step {i} must be a JSON object of inputs")
-        try:
-            decoded.append(decode_value(step, f"steps[{i}]"))
-        except RecursionError:
-            raise CaseFileError(f"{source}: step {i} nested too deeply") from None
-        except CaseFileError as exc:
-            raise CaseFileError(f"{source}: {exc}") from None
-    failure = None
-    raw = data.get("failure")
-    if raw is not None:
-        if (not isinstance(raw, dict) or raw.get("kind") not in KINDS
-                or not isinstance(raw.get("message"), str)
-                or not isinstance(raw.get("signature"), str)
-                or not isinstance(raw.get("details", {}), dict)):
-            raise CaseFileError(f"{source}: 'failure' needs kind, message, signature and details")
-        failure = Failure.from_json(raw)
-    sequence = CaseSequence(data["target"], data["implementation"], decoded, failure,
-                            str(data.get("origin", "unknown")),
-                            str(data.get("fuzzkit_version", "unknown")))
-    if "id" in data and data["id"] != sequence.case_id:
-        raise CaseFileError(f"{source}: content hash mismatch (file says {data['id']}, content "
-                            f"hashes to {sequence.case_id}); the file was edited or corrupted")
+        decoded.append(decode_inputs(step, f"steps[{i}]", source))
+    sequence = CaseSequence(header.target, header.implementation, decoded, header.failure,
+                            header.origin, header.fuzzkit_version)
+    check_id(header.file_id, sequence.case_id, source)
     return sequence
 
 
 def load_any(path: os.PathLike[str] | str) -> Union[Case, CaseSequence]:
     """A case file or a case sequence, whichever ``path`` holds (validated, bounded)."""
     p = Path(path)
-    data = parse_json(read_bounded(p), str(p))
+    return loads_any(read_bounded(p), str(p))
+
+
+def loads_any(text: Union[str, bytes], source: str = "<file>") -> Union[Case, CaseSequence]:
+    """The case or sequence in a file's contents (validated, bounded)."""
+    data = parse_json(text, source)
     if isinstance(data, dict) and data.get("format") == FORMAT:
-        return from_data(data, str(p))
-    return from_json(data, str(p))
+        return from_data(data, source)
+    return from_json(data, source)
 
 
 def replay(target: Any, impl: Any, steps: Sequence[dict[str, Any]], *,

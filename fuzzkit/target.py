@@ -164,6 +164,10 @@ class Target:
     #: Modules every implementation runs through (drivers, shared layers): measured by
     #: ``--coverage`` together with the implementation's own ``sources``.
     sources: Sequence[str] = ()
+    #: What a case may ask for (:class:`fuzzkit.limits.Limit`: steps, blocks, nodes, elements,
+    #: ...): every path that loads a case from a file refuses one beyond them before anything
+    #: runs, so a small hostile file cannot take gigabytes or hours.
+    limits: Sequence[Any] = ()
 
     def __post_init__(self) -> None:
         names = [m.name for m in self.mutants]
@@ -243,6 +247,8 @@ class Target:
                 for impl in self.implementations.values()
             ],
             "thresholds": _described_thresholds(self.thresholds),
+            "limits": [{"name": lim.name, "default": lim.default, "what": lim.what}
+                       for lim in self.limits],
             "properties": [p.name for p in self.properties],
             "mutants": [
                 {

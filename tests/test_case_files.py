@@ -169,3 +169,16 @@ def test_base64_payload_is_plain_bytes() -> None:
     data = json.loads(Case("t", "i", {"x": np.array([1.5], np.float64)}).dumps())
     raw = base64.b64decode(data["inputs"]["x"]["__ndarray__"]["data"])
     assert np.frombuffer(raw, "<f8")[0] == 1.5
+
+
+def test_a_finding_with_a_huge_message_still_loads(tmp_path) -> None:
+    """The loader bounds messages; saving cuts them first, so fuzzkit never writes a finding its
+    own loader refuses."""
+    from fuzzkit import case as case_io
+    from fuzzkit.failure import Failure
+
+    failure = Failure("crash", "x" * 200_000, "crash:ValueError:here", {"deep": {"a": [1, 2]}})
+    path = case_io.Case("quant", "numpy", {"n": 1}, failure=failure).save(tmp_path)
+    loaded = case_io.load(path)
+    assert loaded.failure.message.endswith("(message cut at 60,000 characters)")
+    assert loaded.failure.signature == failure.signature

@@ -229,7 +229,7 @@ def test_cli_report_regenerates_and_rejects_other_dirs(tmp_path: Path, capsys) -
     (old / "events.jsonl").write_text("")
     assert main(["report", str(old)]) == 2
     _, err = capsys.readouterr()
-    assert err.count("\n") == 1 and "state.json: unreadable" in err
+    assert err.count("\n") == 1 and "state.json: not valid JSON" in err
 
 
 def _headless_browser() -> str | None:

@@ -114,3 +114,33 @@ def test_corpus_regression_naming_code_fails_without_running_it(pytester: pytest
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*cannot choose code*"])
     assert not planted.exists()
+
+
+def test_a_hand_edited_state_file_is_one_line_not_a_traceback(tmp_path: Path, capsys) -> None:
+    """Every field a resumed campaign reads is checked for what fuzzkit writes there; the state
+    file is read like a case file (bounded, strict JSON, regular file)."""
+    import os
+
+    code = main(["run", "toy-dot", "--budget", "1", "--workers", "2", "--progress", "quiet",
+                 "--report-dir", str(tmp_path / "r"), "--corpus", str(tmp_path / "c")])
+    assert code in (0, 1)
+    capsys.readouterr()
+    [run_dir] = (tmp_path / "r").iterdir()
+    state_path = run_dir / "state.json"
+    original = json.loads(state_path.read_text())
+    for key, value in (("budget", "x"), ("resumes", "many"), ("isolate", "yes"),
+                       ("next_worker", -5), ("engine", "os:system"), ("budget", 1e300),
+                       ("memory_mb", True)):
+        state = dict(original, status="running", elapsed=0.0, budget=100.0)
+        state[key] = value
+        state_path.write_text(json.dumps(state))
+        err = _one_line_exit_2(capsys, ["run", "--resume", str(run_dir), "--progress", "quiet"])
+        assert repr(key) in err
+    state_path.write_text('{"budget": 1, "budget": 2}')
+    assert "duplicate key" in _one_line_exit_2(capsys, ["run", "--resume", str(run_dir)])
+    state_path.write_text("[" * 5000 + "]" * 5000)
+    assert "nested" in _one_line_exit_2(capsys, ["report", str(run_dir)])
+    state_path.unlink()
+    os.mkfifo(state_path)
+    _one_line_exit_2(capsys, ["run", "--resume", str(run_dir)])
+    _one_line_exit_2(capsys, ["report", str(run_dir)])

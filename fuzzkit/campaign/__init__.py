@@ -16,7 +16,7 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from fuzzkit.campaign.plan import assign, build_plan, source_modules, target_sources
 from fuzzkit.campaign.progress import Progress, Stats
@@ -84,6 +84,42 @@ def _trusted_plan(plan: Any, source: Path, allowed: Optional[str]) -> list[tuple
     return pairs
 
 
+#: Fields of a state file a resumed campaign reads, with what each must be.
+_NUMBER = (int, float)
+_STATE_FIELDS: dict[str, tuple[Any, Callable[[Any], bool]]] = {
+    "budget": (_NUMBER, lambda v: 0 < v < 1e9),
+    "elapsed": (_NUMBER, lambda v: 0 <= v < 1e9),
+    "case_timeout": (_NUMBER, lambda v: 0 < v < 1e6),
+    "seed": (int, lambda v: -(2**63) <= v < 2**64),
+    "workers": (int, lambda v: 1 <= v <= 4096),
+    "next_worker": (int, lambda v: 0 <= v < 2**31),
+    "resumes": (int, lambda v: 0 <= v < 2**31),
+    "backend": (str, lambda v: v in ("local", "ray")),
+    "engine": (str, lambda v: v in ("hypothesis", "atheris")),
+    "profile": (str, lambda v: v in ("ci", "campaign")),
+    "isolate": (bool, lambda v: True),
+    "memory_mb": ((int, type(None)), lambda v: v is None or 0 < v < 2**31),
+    "corpus": (str, lambda v: 0 < len(v) < 4096),
+    "skipped": (list, lambda v: len(v) < 4096),
+    "known": (list, lambda v: len(v) < 100_000),
+}
+
+
+def _check_resumable(state: dict[str, Any], source: Path) -> None:
+    """A state file to resume from names what the workers will do: every field it is read for
+    has the type and range fuzzkit writes (a hand-edited file is one line, not a traceback)."""
+    for key, (kinds, ok) in _STATE_FIELDS.items():
+        if key not in state and key not in ("budget", "backend", "engine", "isolate", "corpus"):
+            continue
+        value = state.get(key)
+        if (isinstance(value, bool) and kinds is not bool) or not isinstance(value, kinds) \
+                or not ok(value):
+            from fuzzkit.case import shown
+
+            raise UsageError(f"{source}: {key!r} is {shown(value)}, not what fuzzkit writes; the "
+                             "state file was edited or corrupted")
+
+
 def run_campaign(opts: CampaignOptions) -> CampaignResult:
     from fuzzkit import corpus as corpus_mod
     from fuzzkit.report import new_run_id
@@ -93,6 +129,7 @@ def run_campaign(opts: CampaignOptions) -> CampaignResult:
         if not (run_dir / "state.json").is_file():
             raise UsageError(f"{run_dir} is not a campaign run directory (no state.json)")
         state = read_state(run_dir)
+        _check_resumable(state, run_dir / "state.json")
         state["resumes"] = int(state.get("resumes", 0)) + 1
         plan = _trusted_plan(state.get("plan"), run_dir / "state.json", opts.impl)
         skipped = state.get("skipped", [])

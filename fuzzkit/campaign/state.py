@@ -27,7 +27,16 @@ def write_state(run_dir: Path, state: dict[str, Any]) -> None:
 
 
 def read_state(run_dir: Path) -> dict[str, Any]:
-    return json.loads((Path(run_dir) / STATE).read_text())
+    """A run's state file, read like a case file (bounded, regular file, strict JSON): it lies on
+    disk where anyone may edit it.  Raises :class:`~fuzzkit.errors.CaseFileError` (one line)."""
+    from fuzzkit.case import parse_json, read_bounded
+    from fuzzkit.errors import CaseFileError
+
+    path = Path(run_dir) / STATE
+    state = parse_json(read_bounded(path), str(path))
+    if not isinstance(state, dict):
+        raise CaseFileError(f"{path}: top level must be a JSON object")
+    return state
 
 
 class EventLog:

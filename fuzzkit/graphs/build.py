@@ -5,18 +5,27 @@ Graph data model (see the issue-10 spec)::
     {"inputs":  [{"name": "x0", "shape": [4, 7]}, ...],
      "nodes":   [{"name": "n0", "op": "add", "args": ["x0", "x1"], "attrs": {}, "shape": [4, 7]}, ...],
      "outputs": ["n3", "n5"]}
+
+A graph may come from a file written by someone else, and its names and attributes end up in
+the Python source torch.fx generates: :func:`validate_graph` (which :func:`to_graph_module` runs
+first) accepts only plain identifiers as names (:data:`NAME_PATTERN`, no keywords, no dunder
+prefix), exactly the record keys above, and per node exactly the attributes its op declares
+(:class:`fuzzkit.graphs.ops.Attr`), with shapes that follow the op's concrete shape rule.
 """
 
 from __future__ import annotations
 
 import copy
-from typing import Any, Sequence
+import keyword
+import re
+from collections.abc import Mapping
+from typing import Any, Optional, Sequence
 
 import numpy as np
 import torch
 import torch.fx
 
-from .ops import OPS
+from .ops import MAX_RANK, OPS, SpecError, is_int, shown
 
 __all__ = [
     "to_graph_module",
@@ -26,6 +35,9 @@ __all__ = [
     "prefix",
     "shapes_of",
     "validate_graph",
+    "graph_shapes",
+    "GraphError",
+    "name_problem",
     "node_index",
     "consumers",
 ]
@@ -35,7 +47,11 @@ NAME_KEY = "fuzzkit_name"
 
 def to_graph_module(graph: dict) -> torch.fx.GraphModule:
     """Build an fx GraphModule: one placeholder per input (in order), one ``call_function`` per node
-    (target = ``fuzzkit.graphs.ops.<op>``, attrs as kwargs), ``forward`` returns a tuple of outputs."""
+    (target = ``fuzzkit.graphs.ops.<op>``, attrs as kwargs), ``forward`` returns a tuple of outputs.
+    A graph :func:`validate_graph` refuses raises ValueError (nothing of it reaches fx)."""
+    problem = validate_graph(graph)
+    if problem is not None:
+        raise ValueError(f"invalid graph: {problem}")
     g = torch.fx.Graph()
     env: dict[str, torch.fx.Node] = {}
     for inp in graph["inputs"]:
@@ -171,32 +187,115 @@ def prefix(graph: dict, i: int) -> dict:
     return {"inputs": copy.deepcopy(graph["inputs"]), "nodes": pre, "outputs": outs}
 
 
-def validate_graph(graph: dict) -> str | None:
-    """One-line error for a malformed graph, or None."""
+#: A name in a graph: a plain ASCII identifier of at most 64 characters (also not a keyword and
+#: not starting with ``__``; see :func:`name_problem`).
+NAME_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+GRAPH_KEYS = ("inputs", "nodes", "outputs")
+INPUT_KEYS = ("name", "shape")
+NODE_KEYS = ("name", "op", "args", "attrs", "shape")
+
+
+class GraphError(ValueError):
+    """A graph :func:`graph_shapes` refuses (the message is one line)."""
+
+
+def name_problem(name: Any) -> Optional[str]:
+    """Why ``name`` may not name a value of a graph, or None."""
+    if not isinstance(name, str):
+        return f"name {shown(name)} is not a string"
+    if not NAME_PATTERN.fullmatch(name) or keyword.iskeyword(name) or name.startswith("__"):
+        return (f"name {shown(name)} is not a plain identifier (letters, digits, _; at most 64; "
+                "no keyword, no leading __)")
+    return None
+
+
+def _keys(record: Any, keys: Sequence[str], what: str) -> None:
+    if not isinstance(record, Mapping):
+        raise GraphError(f"{what} must be an object with keys {', '.join(keys)}")
+    unknown = [k for k in record if k not in keys]
+    if unknown:
+        raise GraphError(f"{what} has unknown key {shown(unknown[0])} (allowed: "
+                         f"{', '.join(keys)})")
+    missing = [k for k in keys if k not in record]
+    if missing:
+        raise GraphError(f"{what} needs key {missing[0]!r}")
+
+
+def _shape(value: Any, what: str) -> list[int]:
+    if (not isinstance(value, (list, tuple)) or len(value) > MAX_RANK
+            or not all(is_int(d) and d >= 0 for d in value)):
+        raise GraphError(f"{what}: shape must be a list of at most {MAX_RANK} non-negative "
+                         f"integers, got {shown(value)}")
+    return [int(d) for d in value]
+
+
+def graph_shapes(graph: Any) -> dict[str, list[int]]:
+    """The shape of every input and node of ``graph``, from the inputs' shapes and the ops'
+    concrete shape rules (Python ints: nothing is allocated, a dim may be huge), after checking
+    everything :func:`validate_graph` checks; raises :class:`GraphError` (one line) otherwise.
+    Safe on any JSON value."""
+    _keys(graph, GRAPH_KEYS, "the graph")
+    inputs, nodes, outputs = graph["inputs"], graph["nodes"], graph["outputs"]
+    for key, value in (("inputs", inputs), ("nodes", nodes), ("outputs", outputs)):
+        if not isinstance(value, (list, tuple)):
+            raise GraphError(f"graph {key} must be a list")
+    shapes: dict[str, list[int]] = {}
+
+    def define(name: Any, what: str) -> str:
+        bad = name_problem(name)
+        if bad:
+            raise GraphError(f"{what}: {bad}")
+        if name in shapes:
+            raise GraphError(f"duplicate name {name!r}")
+        return name
+
+    for k, inp in enumerate(inputs):
+        _keys(inp, INPUT_KEYS, f"graph input {k}")
+        name = define(inp["name"], f"graph input {k}")
+        shapes[name] = _shape(inp["shape"], f"input {name!r}")
+    for k, node in enumerate(nodes):
+        _keys(node, NODE_KEYS, f"node {k}")
+        name = define(node["name"], f"node {k}")
+        op = node["op"]
+        if not isinstance(op, str) or op not in OPS:
+            raise GraphError(f"node {name!r}: unknown op {shown(op)}")
+        args = node["args"]
+        if not isinstance(args, (list, tuple)):
+            raise GraphError(f"node {name!r}: args must be a list of names")
+        if len(args) != OPS[op].arity:
+            raise GraphError(f"node {name!r}: {op} takes {OPS[op].arity} args, got {len(args)}")
+        for a in args:
+            if not isinstance(a, str) or a not in shapes:
+                raise GraphError(f"node {name!r}: argument {shown(a)} is not an input or an "
+                                 "earlier node")
+        try:
+            out = OPS[op].out_shape([shapes[a] for a in args], node["attrs"])
+        except SpecError as exc:
+            raise GraphError(f"node {name!r}: {exc}") from None
+        declared = _shape(node["shape"], f"node {name!r}")
+        if declared != out:
+            raise GraphError(f"node {name!r}: shape {declared} but {op} makes {out}")
+        shapes[name] = out
+    if not outputs:
+        raise GraphError("graph has no outputs")
+    seen: set[str] = set()
+    for o in outputs:
+        if not isinstance(o, str) or o not in shapes:
+            raise GraphError(f"output {shown(o)} is not an input or node of the graph")
+        if o in seen:
+            raise GraphError(f"output {o!r} is listed twice")
+        seen.add(o)
+    return shapes
+
+
+def validate_graph(graph: Any) -> str | None:
+    """One-line error for a malformed graph (anything :func:`graph_shapes` refuses), or None;
+    never raises."""
     try:
-        known = set()
-        for inp in graph["inputs"]:
-            if inp["name"] in known:
-                return f"duplicate name {inp['name']!r}"
-            if any(int(d) < 0 for d in inp["shape"]):
-                return f"negative dim in input {inp['name']!r}"
-            known.add(inp["name"])
-        for n in graph["nodes"]:
-            if n["op"] not in OPS:
-                return f"unknown op {n['op']!r} in node {n['name']!r}"
-            if len(n["args"]) != OPS[n["op"]].arity:
-                return f"node {n['name']!r}: {n['op']} takes {OPS[n['op']].arity} args"
-            for a in n["args"]:
-                if a not in known:
-                    return f"node {n['name']!r} uses {a!r} before it is defined"
-            if n["name"] in known:
-                return f"duplicate name {n['name']!r}"
-            known.add(n["name"])
-        for o in graph["outputs"]:
-            if o not in known:
-                return f"unknown output {o!r}"
-        if not graph["outputs"]:
-            return "graph has no outputs"
-    except (KeyError, TypeError, ValueError) as e:
-        return f"malformed graph: {e!r}"
+        graph_shapes(graph)
+    except GraphError as exc:
+        return str(exc)
+    except (ArithmeticError, AttributeError, IndexError, KeyError, TypeError, ValueError,
+            RecursionError) as exc:  # defensive: graph_shapes checks types before using them
+        return f"malformed graph: {type(exc).__name__}: {shown(str(exc))}"
     return None

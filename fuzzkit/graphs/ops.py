@@ -16,6 +16,12 @@ Every op is an :class:`OpSpec`:
   pow) or ``"nonzero"`` (reciprocal, div's denominator) for the argument positions
   ``domain_args(attrs)``; the generator inserts guard nodes so this always holds.
 * ``error`` — the key of the error rule in :mod:`fuzzkit.graphs.bound`.
+* ``attributes`` — the public attributes a node of this op carries, each an :class:`Attr`
+  (its kind and range), and ``infer(in_shapes, attrs) -> out_shape`` — the concrete shape rule
+  on plain Python ints, which raises :class:`SpecError` (one line) where the op is not well
+  formed (a dim out of range, shapes that do not broadcast, ...).  Together they are what a
+  graph from a file may say: :func:`fuzzkit.graphs.build.graph_shapes` checks every node
+  against them without allocating anything (validation, resource limits).
 
 Choosers: ``sample_attrs`` accepts a NumPy ``Generator``, a Hypothesis ``data.draw`` callable or a
 :class:`Chooser`; :func:`as_chooser` normalises them.
@@ -25,14 +31,16 @@ from __future__ import annotations
 
 import builtins as _b
 import math
-from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+import numbers
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 import numpy as np
 import torch
 import z3
 
-__all__ = ["OpSpec", "OPS", "Chooser", "as_chooser", "fresh_dim", "LAYER_NORM_EPS"]
+__all__ = ["OpSpec", "OPS", "Attr", "SpecError", "Chooser", "as_chooser", "fresh_dim",
+           "LAYER_NORM_EPS", "MAX_RANK"]
 
 LAYER_NORM_EPS = 1e-5
 MAX_RANK = 4
@@ -586,6 +594,261 @@ def _attrs_index_select(ch, ranks):
 
 
 # ----------------------------------------------------------------------------------------------
+# what a node may say: attribute kinds and ranges, concrete shape rules (plain Python ints)
+# ----------------------------------------------------------------------------------------------
+
+
+class SpecError(ValueError):
+    """A node its op's spec does not allow (one line)."""
+
+
+def shown(value: Any, limit: int = 60) -> str:
+    """A value from a file as one short escaped line (no control characters, no non-ASCII)."""
+    text = ascii(value)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def is_int(value: Any) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
+
+
+def is_real(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
+
+
+@dataclass(frozen=True)
+class Attr:
+    """One public attribute of an op (NNSmith style: the op declares its own constraints).
+
+    ``kind``:
+
+    * ``int``   -- an integer in ``[lo, hi]``;
+    * ``bool``  -- ``True`` or ``False``;
+    * ``real``  -- a finite number in ``[lo, hi]``;
+    * ``bound`` -- ``None`` (no bound) or a number in ``[lo, hi]``, ``+-inf`` included (not NaN);
+    * ``dims``  -- ``None`` (every dim), an integer, or a non-empty list of distinct integers,
+      each in ``[lo, hi]``, at most ``length`` of them;
+    * ``ints``  -- a list of integers in ``[lo, hi]``, at most ``length`` of them (``None``: as
+      many as the shape rule allows; the ``elements`` limit bounds what they make).
+
+    Rank-dependent ranges (a dim below the operand's rank) are the shape rule's to check."""
+
+    kind: str
+    lo: float = -math.inf
+    hi: float = math.inf
+    length: Optional[int] = None
+
+    def problem(self, value: Any) -> Optional[str]:
+        """Why ``value`` is not allowed, or None."""
+        if self.kind == "bool":
+            return None if isinstance(value, (bool, np.bool_)) else "must be true or false"
+        if self.kind == "int":
+            return self._int(value)
+        if self.kind in ("real", "bound"):
+            if value is None and self.kind == "bound":
+                return None
+            if not is_real(value):
+                return "must be a number" + (" or null" if self.kind == "bound" else "")
+            try:
+                number = float(value)
+            except OverflowError:  # an integer beyond any float
+                return "is too large"
+            if math.isnan(number):
+                return "must not be NaN"
+            if self.kind == "real" and not math.isfinite(number):
+                return "must be finite"
+            if not self.lo <= number <= self.hi:
+                return f"must be in [{self.lo:g}, {self.hi:g}]"
+            return None
+        if self.kind == "dims":
+            if value is None:
+                return None
+            if is_int(value):
+                return self._int(value)
+            if not isinstance(value, (list, tuple)) or not value:
+                return "must be null, an integer or a non-empty list of integers"
+            if self.length is not None and len(value) > self.length:
+                return f"has more than {self.length} entries"
+            for v in value:
+                bad = self._int(v)
+                if bad:
+                    return f"entry {bad}"
+            if len({int(v) for v in value}) != len(value):
+                return "repeats a dim"
+            return None
+        if self.kind == "ints":
+            if not isinstance(value, (list, tuple)):
+                return "must be a list of integers"
+            if self.length is not None and len(value) > self.length:
+                return f"has more than {self.length} entries"
+            for v in value:
+                bad = self._int(v)
+                if bad:
+                    return f"entry {bad}"
+            return None
+        raise AssertionError(f"unknown attribute kind {self.kind!r}")  # pragma: no cover - all kinds above
+
+    def _int(self, value: Any) -> Optional[str]:
+        if not is_int(value):
+            return "must be an integer"
+        if not self.lo <= int(value) <= self.hi:
+            hi = "" if math.isinf(self.hi) else f"{self.hi:g}"
+            return f"must be in [{self.lo:g}, {hi}]" if hi else f"must be >= {self.lo:g}"
+        return None
+
+
+#: a dim of an operand (the shape rule checks it against the operand's rank)
+_DIM = Attr("int", 0, MAX_RANK - 1)
+_SHAPE = Attr("ints", 0, math.inf, MAX_RANK)
+
+
+def _in_rank(dim: int, rank: int, what: str = "dim") -> int:
+    if not 0 <= dim < rank:
+        raise SpecError(f"{what} {dim} is out of range for a rank-{rank} operand")
+    return int(dim)
+
+
+def _elements(shape: Sequence[int]) -> int:
+    return math.prod(int(d) for d in shape)
+
+
+def _infer_same(shapes, attrs):
+    return list(shapes[0])
+
+
+def broadcast_shapes(shapes: Sequence[Sequence[int]]) -> list[int]:
+    """torch's broadcasting of concrete shapes (right-aligned; a dim is 1 or the common size)."""
+    rank = _b.max(len(s) for s in shapes)
+    out = []
+    for k in range(rank):
+        dims = {int(s[len(s) - rank + k]) for s in shapes if len(s) - rank + k >= 0}
+        sizes = dims - {1}
+        if len(sizes) > 1:
+            raise SpecError(f"shapes {[list(s) for s in shapes]} do not broadcast")
+        out.append(sizes.pop() if sizes else 1)
+    return out
+
+
+def _infer_broadcast(shapes, attrs):
+    return broadcast_shapes(shapes)
+
+
+def _infer_matmul(shapes, attrs):
+    a, b = shapes
+    if len(a) != 2 or len(b) != 2 or a[1] != b[0]:
+        raise SpecError(f"matmul needs [m, k] x [k, n], got {list(a)} x {list(b)}")
+    return [a[0], b[1]]
+
+
+def _infer_bmm(shapes, attrs):
+    a, b = shapes
+    if len(a) != 3 or len(b) != 3 or a[0] != b[0] or a[2] != b[1]:
+        raise SpecError(f"bmm needs [b, m, k] x [b, k, n], got {list(a)} x {list(b)}")
+    return [a[0], a[1], b[2]]
+
+
+def _infer_dim(shapes, attrs):
+    s = list(shapes[0])
+    _in_rank(attrs["dim"], len(s))
+    return s
+
+
+def _infer_reduce(shapes, attrs):
+    s = list(shapes[0])
+    dim = attrs["dim"]
+    for d in ([] if dim is None else dim if isinstance(dim, (list, tuple)) else [dim]):
+        _in_rank(d, len(s))
+    dims = reduced_dims(dim, len(s))
+    if attrs["keepdim"]:
+        return [1 if k in dims else d for k, d in enumerate(s)]
+    return [d for k, d in enumerate(s) if k not in dims]
+
+
+def _infer_extreme(shapes, attrs):
+    """amax / amin: like the other reductions, but a zero-size reduced dim has no extreme."""
+    s = list(shapes[0])
+    out = _infer_reduce(shapes, attrs)
+    if any(s[d] == 0 for d in reduced_dims(attrs["dim"], len(s))):
+        raise SpecError(f"cannot take the extreme over a zero-size dim of {s}")
+    return out
+
+
+def _infer_clamp(shapes, attrs):
+    if attrs["min"] is None and attrs["max"] is None:
+        raise SpecError("clamp needs min or max (or both)")
+    return list(shapes[0])
+
+
+def _infer_reshape(shapes, attrs):
+    shape = [int(d) for d in attrs["shape"]]
+    if _elements(shape) != _elements(shapes[0]):
+        raise SpecError(f"cannot reshape {list(shapes[0])} to {shape}")
+    return shape
+
+
+def _infer_permute(shapes, attrs):
+    s = list(shapes[0])
+    perm = [int(p) for p in attrs["perm"]]
+    if sorted(perm) != list(range(len(s))):
+        raise SpecError(f"perm {perm} is not a permutation of the {len(s)} dims")
+    return [s[p] for p in perm]
+
+
+def _infer_transpose(shapes, attrs):
+    s = list(shapes[0])
+    i, j = _in_rank(attrs["dim0"], len(s), "dim0"), _in_rank(attrs["dim1"], len(s), "dim1")
+    s[i], s[j] = s[j], s[i]
+    return s
+
+
+def _infer_expand(shapes, attrs):
+    s = list(shapes[0])
+    shape = [int(d) for d in attrs["shape"]]
+    new = len(shape) - len(s)
+    if new < 0 or any(d != 1 and d != o for d, o in zip(s, shape[new:])):
+        raise SpecError(f"cannot expand {s} to {shape}")
+    return shape
+
+
+def _infer_unsqueeze(shapes, attrs):
+    s = list(shapes[0])
+    if not 0 <= attrs["dim"] <= len(s):
+        raise SpecError(f"dim {attrs['dim']} is out of range for unsqueezing a rank-{len(s)} "
+                        "operand")
+    s.insert(int(attrs["dim"]), 1)
+    return s
+
+
+def _infer_squeeze(shapes, attrs):
+    s = list(shapes[0])
+    d = _in_rank(attrs["dim"], len(s))
+    if s[d] != 1:
+        raise SpecError(f"dim {d} of {s} is not 1")
+    del s[d]
+    return s
+
+
+def _infer_cat(shapes, attrs):
+    a, b = (list(x) for x in shapes)
+    d = _in_rank(attrs["dim"], len(a))
+    if len(a) != len(b) or any(x != y for k, (x, y) in enumerate(zip(a, b)) if k != d):
+        raise SpecError(f"cannot cat {a} and {b} along dim {d}")
+    out = list(a)
+    out[d] = a[d] + b[d]
+    return out
+
+
+def _infer_index_select(shapes, attrs):
+    s = list(shapes[0])
+    d = _in_rank(attrs["dim"], len(s))
+    index = attrs["index"]
+    if any(int(i) >= s[d] for i in index):
+        raise SpecError(f"an index is out of range for dim {d} of size {s[d]}")
+    s[d] = len(index)
+    return s
+
+
+# ----------------------------------------------------------------------------------------------
 # OpSpec
 # ----------------------------------------------------------------------------------------------
 
@@ -602,6 +865,10 @@ class OpSpec:
     domain_positions: tuple[int, ...] = ()
     error: str = ""  # bound.py rule key ("" = same as name)
     guard_only: bool = False  # only inserted by the generator as a guard, never drawn
+    #: the public attributes of a node of this op (every one required, no others allowed)
+    attributes: Mapping[str, Attr] = field(default_factory=dict)
+    #: concrete shape rule ``(in_shapes, attrs) -> out_shape`` on Python ints (SpecError)
+    infer: Callable[[Sequence[Sequence[int]], dict], list] = _infer_same
 
     def domain_args(self, attrs: dict) -> tuple[int, ...]:
         """Argument positions that need ``domain`` (pow: only for fractional or negative
@@ -618,8 +885,38 @@ class OpSpec:
         """Attrs without generator-private keys (those starting with ``_``)."""
         return {k: v for k, v in attrs.items() if not k.startswith("_")}
 
+    def attrs_problem(self, attrs: Any) -> Optional[str]:
+        """Why ``attrs`` (a node's public attrs, from a file) are not this op's, or None."""
+        if not isinstance(attrs, Mapping):
+            return "attrs must be an object"
+        unknown = [k for k in attrs if k not in self.attributes]
+        if unknown:
+            return f"{self.name} has no attribute {shown(unknown[0])}"
+        missing = [k for k in self.attributes if k not in attrs]
+        if missing:
+            return f"{self.name} needs attribute {missing[0]!r}"
+        for key, attr in self.attributes.items():
+            bad = attr.problem(attrs[key])
+            if bad:
+                return f"{self.name} attribute {key!r} {bad}, got {shown(attrs[key])}"
+        return None
 
-def _spec(name, arity, kind, rule, attrs, domain=None, positions=(), error=None, guard_only=False):
+    def out_shape(self, in_shapes: Sequence[Sequence[int]], attrs: Any) -> list[int]:
+        """The output shape on concrete input shapes (Python ints, nothing allocated); raises
+        :class:`SpecError` with one line when the node is not well formed."""
+        if len(in_shapes) != self.arity:
+            raise SpecError(f"{self.name} takes {self.arity} argument(s), got {len(in_shapes)}")
+        bad = self.attrs_problem(attrs)
+        if bad:
+            raise SpecError(bad)
+        out = [int(d) for d in self.infer([list(s) for s in in_shapes], dict(attrs))]
+        if len(out) > MAX_RANK:
+            raise SpecError(f"{self.name} would make a rank-{len(out)} value (at most {MAX_RANK})")
+        return out
+
+
+def _spec(name, arity, kind, rule, attrs, domain=None, positions=(), error=None, guard_only=False,
+          attributes=None, infer=_infer_same):
     fn = globals()[name]
 
     def sample_attrs(chooser, in_ranks, _f=attrs):
@@ -636,12 +933,21 @@ def _spec(name, arity, kind, rule, attrs, domain=None, positions=(), error=None,
         domain_positions=positions,
         error=error or name,
         guard_only=guard_only,
+        attributes=dict(attributes or {}),
+        infer=infer,
     )
 
 
 def _unary(name, domain=None):
     return _spec(name, 1, "elementwise", _rule_same, _attrs_none, domain, (0,) if domain else ())
 
+
+#: attribute declarations shared by several ops
+_BINARY = dict(infer=_infer_broadcast)
+_DIM_ATTR = dict(attributes={"dim": _DIM}, infer=_infer_dim)
+_REDUCE = dict(attributes={"dim": Attr("dims", 0, MAX_RANK - 1, MAX_RANK),
+                           "keepdim": Attr("bool")}, infer=_infer_reduce)
+_EXTREME = dict(_REDUCE, infer=_infer_extreme)
 
 OPS: dict[str, OpSpec] = {}
 for _s in [
@@ -658,34 +964,45 @@ for _s in [
     _unary("sin"),
     _unary("cos"),
     _unary("reciprocal", "nonzero"),
-    _spec("pow", 1, "elementwise", _rule_same, _attrs_pow, "positive", (0,)),
-    _spec("clamp", 1, "elementwise", _rule_same, _attrs_clamp),
-    _spec("add_scalar", 1, "elementwise", _rule_same, _attrs_add_scalar, guard_only=True),
-    _spec("add", 2, "elementwise", _rule_broadcast, _attrs_none),
-    _spec("sub", 2, "elementwise", _rule_broadcast, _attrs_none),
-    _spec("mul", 2, "elementwise", _rule_broadcast, _attrs_none),
-    _spec("div", 2, "elementwise", _rule_broadcast, _attrs_none, "nonzero", (1,)),
-    _spec("maximum", 2, "elementwise", _rule_broadcast, _attrs_none),
-    _spec("minimum", 2, "elementwise", _rule_broadcast, _attrs_none),
-    _spec("where_gt", 4, "elementwise", _rule_broadcast, _attrs_none),
-    _spec("matmul", 2, "matmul", _rule_matmul, _attrs_matmul),
-    _spec("bmm", 2, "matmul", _rule_bmm, _attrs_bmm),
-    _spec("softmax", 1, "normalization", _rule_same, _attrs_dim),
-    _spec("log_softmax", 1, "normalization", _rule_same, _attrs_dim),
-    _spec("layer_norm", 1, "normalization", _rule_same, _attrs_dim),
-    _spec("sum", 1, "reduction", _rule_reduce, _attrs_reduce),
-    _spec("mean", 1, "reduction", _rule_reduce, _attrs_reduce),
-    _spec("amax", 1, "reduction", _rule_reduce, _attrs_reduce),
-    _spec("amin", 1, "reduction", _rule_reduce, _attrs_reduce),
-    _spec("cumsum", 1, "scan", _rule_same, _attrs_dim),
-    _spec("reshape", 1, "layout", _rule_reshape, _attrs_reshape),
-    _spec("permute", 1, "layout", _rule_permute, _attrs_permute),
-    _spec("transpose", 1, "layout", _rule_transpose, _attrs_transpose),
-    _spec("expand", 1, "layout", _rule_expand, _attrs_expand),
-    _spec("unsqueeze", 1, "layout", _rule_unsqueeze, _attrs_unsqueeze),
-    _spec("squeeze", 1, "layout", _rule_squeeze, _attrs_squeeze),
-    _spec("cat", 2, "concat", _rule_cat, _attrs_cat),
-    _spec("index_select", 1, "gather", _rule_index_select, _attrs_index_select),
+    _spec("pow", 1, "elementwise", _rule_same, _attrs_pow, "positive", (0,),
+          attributes={"exponent": Attr("real", -16, 16)}),
+    _spec("clamp", 1, "elementwise", _rule_same, _attrs_clamp,
+          attributes={"min": Attr("bound"), "max": Attr("bound")}, infer=_infer_clamp),
+    _spec("add_scalar", 1, "elementwise", _rule_same, _attrs_add_scalar, guard_only=True,
+          attributes={"value": Attr("real", -65504, 65504)}),
+    _spec("add", 2, "elementwise", _rule_broadcast, _attrs_none, **_BINARY),
+    _spec("sub", 2, "elementwise", _rule_broadcast, _attrs_none, **_BINARY),
+    _spec("mul", 2, "elementwise", _rule_broadcast, _attrs_none, **_BINARY),
+    _spec("div", 2, "elementwise", _rule_broadcast, _attrs_none, "nonzero", (1,), **_BINARY),
+    _spec("maximum", 2, "elementwise", _rule_broadcast, _attrs_none, **_BINARY),
+    _spec("minimum", 2, "elementwise", _rule_broadcast, _attrs_none, **_BINARY),
+    _spec("where_gt", 4, "elementwise", _rule_broadcast, _attrs_none, **_BINARY),
+    _spec("matmul", 2, "matmul", _rule_matmul, _attrs_matmul, infer=_infer_matmul),
+    _spec("bmm", 2, "matmul", _rule_bmm, _attrs_bmm, infer=_infer_bmm),
+    _spec("softmax", 1, "normalization", _rule_same, _attrs_dim, **_DIM_ATTR),
+    _spec("log_softmax", 1, "normalization", _rule_same, _attrs_dim, **_DIM_ATTR),
+    _spec("layer_norm", 1, "normalization", _rule_same, _attrs_dim, **_DIM_ATTR),
+    _spec("sum", 1, "reduction", _rule_reduce, _attrs_reduce, **_REDUCE),
+    _spec("mean", 1, "reduction", _rule_reduce, _attrs_reduce, **_REDUCE),
+    _spec("amax", 1, "reduction", _rule_reduce, _attrs_reduce, **_EXTREME),
+    _spec("amin", 1, "reduction", _rule_reduce, _attrs_reduce, **_EXTREME),
+    _spec("cumsum", 1, "scan", _rule_same, _attrs_dim, **_DIM_ATTR),
+    _spec("reshape", 1, "layout", _rule_reshape, _attrs_reshape,
+          attributes={"shape": _SHAPE}, infer=_infer_reshape),
+    _spec("permute", 1, "layout", _rule_permute, _attrs_permute,
+          attributes={"perm": Attr("ints", 0, MAX_RANK - 1, MAX_RANK)}, infer=_infer_permute),
+    _spec("transpose", 1, "layout", _rule_transpose, _attrs_transpose,
+          attributes={"dim0": _DIM, "dim1": _DIM}, infer=_infer_transpose),
+    _spec("expand", 1, "layout", _rule_expand, _attrs_expand,
+          attributes={"shape": _SHAPE}, infer=_infer_expand),
+    _spec("unsqueeze", 1, "layout", _rule_unsqueeze, _attrs_unsqueeze,
+          attributes={"dim": _DIM}, infer=_infer_unsqueeze),
+    _spec("squeeze", 1, "layout", _rule_squeeze, _attrs_squeeze,
+          attributes={"dim": _DIM}, infer=_infer_squeeze),
+    _spec("cat", 2, "concat", _rule_cat, _attrs_cat,
+          attributes={"dim": _DIM}, infer=_infer_cat),
+    _spec("index_select", 1, "gather", _rule_index_select, _attrs_index_select,
+          attributes={"dim": _DIM, "index": Attr("ints", 0)}, infer=_infer_index_select),
 ]:
     OPS[_s.name] = _s
 

@@ -133,15 +133,24 @@ def same_bug(original: Failure, candidate: Optional[Failure]) -> bool:
 
 
 def bisect(target: Target, impl: Implementation, inputs: Inputs, *, confirm: bool = True,
-           failure: Optional[Failure] = None, timeout: Optional[float] = None) -> BisectResult:
+           failure: Optional[Failure] = None, timeout: Optional[float] = None,
+           checker: Optional[Callable[..., Any]] = None) -> BisectResult:
     """Find the first diverging node of a failing graph case and the smallest failing window.
 
     ``failure``: the original failure when the caller already has it (then the whole case is not
-    re-run first).  Raises :class:`NotFailing` when the case passes and :class:`NotAGraphCase`
-    for inputs without a graph.
+    re-run first).  ``checker`` (the contract of :func:`fuzzkit.engines.hypothesis.fuzz`'s)
+    replaces :func:`check_case` for every compile-and-run, e.g. an isolated worker process so a
+    compiler that segfaults or hangs on a window is a verdict.  Raises :class:`NotFailing` when
+    the case passes and :class:`NotAGraphCase` for inputs without a graph.
     """
     if not is_graph_case(inputs):
         raise NotAGraphCase("not a graph case: inputs need 'graph', 'values' and 'dtype'")
+    if target.validate is not None:  # inputs from a file: refused before anything runs
+        from fuzzkit.limits import validation_problem
+
+        problem = validation_problem(target, inputs)
+        if problem is not None:
+            raise NotAGraphCase(f"not a valid {target.name} case: {problem}")
     started = time.perf_counter()
     counter = _compile_counter()
     calls_at_start = counter() if counter else 0
@@ -178,8 +187,9 @@ def bisect(target: Target, impl: Implementation, inputs: Inputs, *, confirm: boo
         if target.validate is not None and target.validate(case) is not None:
             return None
         impl_calls += 1
-        verdict = check_case(target, impl, case, properties=False, confirm=False,
-                             timeout=timeout)
+        verdict = (check_case(target, impl, case, properties=False, confirm=False,
+                              timeout=timeout) if checker is None
+                   else checker(target, impl, case, properties=False, timeout=timeout))
         last["verdict"] = verdict
         return verdict.failure
 

@@ -57,6 +57,7 @@ from targets.ann import checks, reference
 
 def target() -> Target:
     """The ``ann`` target (the registry's entry point ``targets.ann:target``)."""
+    from targets.ann.limits import LIMITS
     from targets.ann.mutants import DEVICE_MUTANTS, MUTANTS
     from targets.ann.properties import PROPERTIES
     from targets.ann.thresholds import INDEX_THRESHOLDS, SIZES, kernel_thresholds
@@ -91,4 +92,5 @@ def target() -> Target:
         thresholds=INDEX_THRESHOLDS,
         sizes=SIZES,
         sources=("targets.ann.index", "targets.ann.model"),
+        limits=LIMITS,
     )

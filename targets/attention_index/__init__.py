@@ -44,6 +44,7 @@ def _kernel_thresholds() -> tuple:
 def target() -> Target:
     """The ``attention_index`` target (entry point ``targets.attention_index:target``)."""
     from targets.attention_index import thresholds
+    from targets.attention_index.limits import LIMITS
     from targets.attention_index.mutants import DEVICE_MUTANTS, MUTANTS
     from targets.attention_index.properties import PROPERTIES
 
@@ -76,4 +77,5 @@ def target() -> Target:
         thresholds=thresholds.SHARED,
         sizes=thresholds.SIZES,
         sources=("targets.attention_index.model",),
+        limits=LIMITS,
     )

@@ -13,6 +13,11 @@ Implementations (each call compiles the case's graph once, with the inputs cast 
   reductions fused into generated Triton kernels, everything else eager.  Its miscompile
   mutants live in :mod:`.mutants`.
 
+Case files come from strangers: :func:`.checks.validate` accepts only graphs whose names are
+plain identifiers and whose nodes carry exactly the attributes their op declares
+(:mod:`fuzzkit.graphs.ops`), and the resource limits of :mod:`.limits` (nodes, inputs, the
+largest and total tensor sizes the shape rules give, matmul work) are checked before it.
+
 Outputs: ``{"outputs": [float64 arrays]}`` (the compiled result in ``dtype``, widened).  The
 reference (eager float64, :func:`fuzzkit.graphs.build.run_reference`) adds ``"intermediates"``
 (every input and node), which the oracle (:mod:`.checks`) uses for per-node error bounds and the
@@ -31,7 +36,7 @@ the driver here.
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Optional
 
 from fuzzkit import triton_support
 from fuzzkit.target import Implementation, Target, lazy
@@ -77,6 +82,22 @@ def run_compiled(compile_fx: Callable[..., Any], inputs: Mapping[str, Any], devi
                         for o in outs]}
 
 
+#: The built-in compilers: implementation name -> the module whose ``compile_fx(gm,
+#: example_inputs, **options)`` it runs.  A fixed allow-list: a name read from a file (a repro
+#: script's case, ``--impl``) selects among these modules, never names one.
+COMPILERS: dict[str, str] = {"fusing": "targets.compiler.fusing",
+                             "inductor": "targets.compiler.inductor"}
+
+
+def compile_function(name: str) -> Optional[Callable[..., Any]]:
+    """``compile_fx`` of the built-in compiler ``name`` (:data:`COMPILERS`), None for any other
+    name (an implementation registered from outside runs through its own callable)."""
+    import importlib
+
+    module = COMPILERS.get(name) if isinstance(name, str) else None
+    return None if module is None else importlib.import_module(module).compile_fx
+
+
 def _fusing_run(inputs: Mapping[str, Any]) -> dict[str, Any]:
     from targets.compiler import fusing
 
@@ -114,6 +135,7 @@ def _inductor_unavailable() -> Any:
 def target() -> Target:
     """The ``compiler`` target (entry point ``targets.compiler:target``)."""
     from targets.compiler import checks, thresholds
+    from targets.compiler.limits import LIMITS
     from targets.compiler.mutants import MUTANTS
 
     return Target(
@@ -144,6 +166,7 @@ def target() -> Target:
         mutants=MUTANTS,
         reducible=(),
         validate=checks.validate,
+        limits=LIMITS,
         sizes=thresholds.SIZES,
         # the driver every implementation runs through (build, compile, run, widen)
         sources=("targets.compiler.__init__",),

@@ -31,48 +31,65 @@ from fuzzkit.failure import Failure
 from oracles.close import smallest_normal, ulp
 
 INPUT_KEYS = ("graph", "dtype", "values")
+#: keys a case may carry besides INPUT_KEYS: Dynamo's dynamic shapes, the strategy's special flag
+OPTIONAL_KEYS = ("dynamic", "special")
 DTYPES = ("float32", "float16", "bfloat16")
 
 
-def validate(inputs: Mapping[str, Any]) -> Optional[str]:
-    """One line saying what is wrong with a case's inputs, or None."""
+def validate(inputs: Any) -> Optional[str]:
+    """One line saying what is wrong with a case's inputs, or None; never raises (inputs come
+    from files: anything may be of the wrong type).
+
+    The graph must pass :func:`fuzzkit.graphs.build.validate_graph`: names are plain
+    identifiers, every node record has exactly the keys of the data model and exactly the
+    attributes its op declares (:mod:`fuzzkit.graphs.ops`), arguments are earlier names,
+    shapes follow the ops' shape rules; then one floating value array per input, of its shape.
+    """
+    try:
+        return _problem(inputs)
+    except Exception as exc:  # noqa: BLE001 - a last resort: garbage is refused, never raised
+        return f"malformed compiler inputs: {type(exc).__name__}: {ascii(str(exc))[1:61]}"
+
+
+def _problem(inputs: Any) -> Optional[str]:
+    from fuzzkit.graphs import build
+    from fuzzkit.graphs.ops import shown
+
+    if not isinstance(inputs, Mapping):
+        return "compiler inputs must be an object with keys graph, dtype, values"
     for key in INPUT_KEYS:
         if key not in inputs:
             return f"compiler inputs need key {key!r}"
-    if inputs["dtype"] not in DTYPES:
-        return f"dtype must be one of {DTYPES}, got {inputs['dtype']!r}"
-    if "dynamic" in inputs and not isinstance(inputs["dynamic"], (bool, np.bool_)):
-        return f"dynamic must be a bool, got {inputs['dynamic']!r}"
+    unknown = [k for k in inputs if k not in INPUT_KEYS + OPTIONAL_KEYS]
+    if unknown:
+        return (f"compiler inputs have unknown key {shown(unknown[0])} (allowed: "
+                f"{', '.join(INPUT_KEYS + OPTIONAL_KEYS)})")
+    if not isinstance(inputs["dtype"], str) or inputs["dtype"] not in DTYPES:
+        return f"dtype must be one of {DTYPES}, got {shown(inputs['dtype'])}"
+    for key in OPTIONAL_KEYS:
+        if key in inputs and not isinstance(inputs[key], (bool, np.bool_)):
+            return f"{key} must be a bool, got {shown(inputs[key])}"
     graph = inputs["graph"]
-    if not isinstance(graph, Mapping) or not all(k in graph for k in ("inputs", "nodes",
-                                                                       "outputs")):
-        return "graph must be a dict with keys inputs, nodes, outputs"
+    problem = build.validate_graph(graph)
+    if problem is not None:
+        return problem
     values = inputs["values"]
+    if not isinstance(values, (list, tuple)):
+        return "values must be a list of arrays, one per graph input"
     if len(values) != len(graph["inputs"]):
         return f"graph has {len(graph['inputs'])} inputs but {len(values)} value arrays were given"
     for spec, value in zip(graph["inputs"], values):
-        arr = np.asarray(value)
+        if not isinstance(value, (np.ndarray, list, tuple)):
+            return f"input {spec['name']}: values must be an array, got {type(value).__name__}"
+        try:
+            arr = np.asarray(value)
+        except (TypeError, ValueError, OverflowError):
+            return f"input {spec['name']}: values are not a rectangular array of numbers"
         if list(arr.shape) != [int(s) for s in spec["shape"]]:
             return (f"input {spec['name']}: shape {list(arr.shape)} does not match the graph's "
                     f"{list(spec['shape'])}")
         if arr.dtype.kind != "f":
             return f"input {spec['name']}: values must be floating, got {arr.dtype}"
-    try:
-        from fuzzkit.graphs import ops
-    except ImportError:  # pragma: no cover - fuzzkit.graphs ships with fuzzkit
-        return None
-    known = {i["name"] for i in graph["inputs"]}
-    for node in graph["nodes"]:
-        if node.get("op") not in ops.OPS:
-            return f"node {node.get('name')}: unknown op {node.get('op')!r}"
-        missing = [a for a in node.get("args", []) if a not in known]
-        if missing:
-            return (f"node {node['name']}: argument {missing[0]!r} is not an input or an "
-                    "earlier node")
-        known.add(node["name"])
-    for out in graph["outputs"]:
-        if out not in known:
-            return f"output {out!r} is not an input or node of the graph"
     return None
 
 

@@ -107,6 +107,7 @@ MANAGER_SOURCES = ("targets.paged_kv.optimized", "targets.paged_kv.hashing")
 
 def target() -> Target:
     """The ``paged_kv`` target (entry point ``targets.paged_kv:target``)."""
+    from targets.paged_kv.limits import LIMITS
     from targets.paged_kv.mutants import DEVICE_MUTANTS, MUTANTS
     from targets.paged_kv.sizes import SIZES
 
@@ -137,4 +138,5 @@ def target() -> Target:
         adapt_external=manager_implementation,
         sizes=SIZES,
         sources=("targets.paged_kv.driver", "targets.paged_kv.protocol"),
+        limits=LIMITS,
     )

@@ -80,6 +80,7 @@ PROPERTIES = (
 
 def target() -> Target:
     """The ``quant`` target (the registry's entry point ``targets.quant:target``)."""
+    from targets.quant.limits import LIMITS
     from targets.quant.mutants import DEVICE_MUTANTS, MUTANTS
 
     return Target(
@@ -112,4 +113,5 @@ def target() -> Target:
         thresholds=numpy_impl.ENCODER_THRESHOLDS,  # the shared encoder's Hadamard blocks
         sizes=sizes.SIZES,
         sources=("targets.quant.numpy_impl",),  # the shared encoder every implementation runs
+        limits=LIMITS,
     )

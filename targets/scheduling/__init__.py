@@ -69,6 +69,7 @@ def _events(inputs: dict[str, Any]) -> list[str]:
 def target() -> Target:
     """The ``scheduling`` target (entry point ``targets.scheduling:target``)."""
     from targets.scheduling import thresholds
+    from targets.scheduling.limits import LIMITS
     from targets.scheduling.mutants import MUTANTS
     from targets.scheduling.properties import PROPERTIES
 
@@ -101,4 +102,5 @@ def target() -> Target:
         sources=("targets.scheduling.sim", "targets.scheduling.cache", "targets.scheduling.cost",
                  "targets.scheduling.memory", "targets.scheduling.admission",
                  "targets.scheduling.policies.base", "targets.scheduling.routers.base"),
+        limits=LIMITS,
     )

@@ -57,6 +57,7 @@ def _torch_unavailable() -> Optional[str]:
 
 def target() -> Target:
     """The ``scute`` target (entry point ``targets.scute:target``)."""
+    from targets.scute.limits import LIMITS
     from targets.scute.mutants import DEVICE_MUTANTS, MUTANTS
     from targets.scute.properties import PROPERTIES
 
@@ -93,4 +94,5 @@ def target() -> Target:
         thresholds=sizes.SHARED_THRESHOLDS,
         sizes=sizes.SIZES,
         sources=("targets.scute.slots",),
+        limits=LIMITS,
     )
