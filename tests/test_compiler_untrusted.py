@@ -40,6 +40,7 @@ from fuzzkit.graphs.ops import OPS, SpecError  # noqa: E402
 from fuzzkit.registry import get_target, register_target, unregister_target  # noqa: E402
 from fuzzkit.shrink.bisect import bisect  # noqa: E402
 from fuzzkit.shrink.repro import write_repro  # noqa: E402
+from test_bisect import _run_script  # noqa: E402
 from fuzzkit.target import Implementation, Mutant, Target  # noqa: E402
 from targets.compiler import checks  # noqa: E402
 from targets.compiler.limits import LIMITS  # noqa: E402
@@ -270,8 +271,6 @@ def _crafted_graph_case(names: list[str]) -> dict:
 
 
 def test_bisected_crafted_node_names_stay_data(plugin_graphs: Target, tmp_path: Path) -> None:
-    import runpy
-
     marker = tmp_path / "marker"
     names = payloads(marker)
     inputs = _crafted_graph_case(names)
@@ -287,15 +286,7 @@ def test_bisected_crafted_node_names_stay_data(plugin_graphs: Target, tmp_path: 
 
     # in this process (the plug-in target registered): it reproduces under the mutant only
     def run_here(*argv: str) -> int:
-        old = sys.argv
-        sys.argv = [str(script), *argv]
-        try:
-            runpy.run_path(str(script), run_name="__main__")
-        except SystemExit as exc:
-            return int(exc.code or 0)
-        finally:
-            sys.argv = old
-        return 0
+        return _run_script(script, *argv)
 
     assert run_here("--mutant", "reversed_sub") == 1
     assert run_here() == 0

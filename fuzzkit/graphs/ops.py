@@ -667,26 +667,25 @@ class Attr:
                 return self._int(value)
             if not isinstance(value, (list, tuple)) or not value:
                 return "must be null, an integer or a non-empty list of integers"
-            if self.length is not None and len(value) > self.length:
-                return f"has more than {self.length} entries"
-            for v in value:
-                bad = self._int(v)
-                if bad:
-                    return f"entry {bad}"
-            if len({int(v) for v in value}) != len(value):
+            bad = self._ints(value)
+            if bad is None and len({int(v) for v in value}) != len(value):
                 return "repeats a dim"
-            return None
+            return bad
         if self.kind == "ints":
             if not isinstance(value, (list, tuple)):
                 return "must be a list of integers"
-            if self.length is not None and len(value) > self.length:
-                return f"has more than {self.length} entries"
-            for v in value:
-                bad = self._int(v)
-                if bad:
-                    return f"entry {bad}"
-            return None
+            return self._ints(value)
         raise AssertionError(f"unknown attribute kind {self.kind!r}")  # pragma: no cover - all kinds above
+
+    def _ints(self, value: Any) -> Optional[str]:
+        """What is wrong with a list of integers (its length, then each entry), or None."""
+        if self.length is not None and len(value) > self.length:
+            return f"has more than {self.length} entries"
+        for v in value:
+            bad = self._int(v)
+            if bad:
+                return f"entry {bad}"
+        return None
 
     def _int(self, value: Any) -> Optional[str]:
         if not is_int(value):
