@@ -4,7 +4,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from fuzzkit.failure import Failure  # noqa: E402
-from fuzzkit.target import Implementation, Mutant, Property, Target  # noqa: E402
+from fuzzkit.failure import Failure
+from fuzzkit.target import Implementation, Mutant, Property, Target
 
 __all__ = ["Failure", "Implementation", "Mutant", "Property", "Target", "__version__"]

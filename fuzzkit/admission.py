@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from fuzzkit import limits
 from fuzzkit.case import Case
@@ -38,12 +38,13 @@ DEFAULT_OOM_HEADROOM_MB = 4096
 Checker = Callable[..., Verdict]
 
 
-def steps_of(record: Union[Case, CaseSequence]) -> list[Inputs]:
+def steps_of(record: Case | CaseSequence) -> list[Inputs]:
     return list(record.steps) if isinstance(record, CaseSequence) else [record.inputs]
 
 
-def admit(record: Union[Case, CaseSequence], source: str,
-          overrides: Optional[Mapping[str, int]] = None) -> Target:
+def admit(
+    record: Case | CaseSequence, source: str, overrides: Mapping[str, int] | None = None
+) -> Target:
     """The target of a loaded file, after checking every input against the target's limits and
     its ``validate``.  Raises :class:`CaseFileError` (one line) for a case that must not run."""
     from fuzzkit.registry import get_target
@@ -61,7 +62,7 @@ def admit(record: Union[Case, CaseSequence], source: str,
     return target
 
 
-def wants_isolation(record: Union[Case, CaseSequence], requested: Optional[bool]) -> bool:
+def wants_isolation(record: Case | CaseSequence, requested: bool | None) -> bool:
     """The user's ``--isolate``/``--no-isolate``, else: isolated when the recorded failure is a
     process death."""
     if requested is not None:
@@ -69,8 +70,9 @@ def wants_isolation(record: Union[Case, CaseSequence], requested: Optional[bool]
     return record.failure is not None and record.failure.kind in PROCESS_DEATHS
 
 
-def memory_headroom(record: Union[Case, CaseSequence], isolated: bool,
-                    requested: Optional[int]) -> Optional[int]:
+def memory_headroom(
+    record: Case | CaseSequence, isolated: bool, requested: int | None
+) -> int | None:
     """``--memory-mb`` if given; for an OOM finding replayed isolated, a default headroom so it
     reproduces as an ``oom`` verdict instead of exhausting the machine."""
     if requested is not None or not isolated:
@@ -81,9 +83,15 @@ def memory_headroom(record: Union[Case, CaseSequence], isolated: bool,
 
 
 @contextlib.contextmanager
-def case_checker(target: Target, impl: Implementation, *, isolate: bool,
-                 case_timeout: Optional[float], memory_mb: Optional[int] = None,
-                 mutants: Sequence[Any] = ()) -> Iterator[Checker]:
+def case_checker(
+    target: Target,
+    impl: Implementation,
+    *,
+    isolate: bool,
+    case_timeout: float | None,
+    memory_mb: int | None = None,
+    mutants: Sequence[Any] = (),
+) -> Iterator[Checker]:
     """A ``checker(target, impl, inputs, *, properties, timeout) -> Verdict`` that runs cases
     with ``case_timeout`` -- in this process (mutants applied around it), or in one isolated
     child process that keeps its state from case to case, as a sequence needs."""
@@ -92,31 +100,57 @@ def case_checker(target: Target, impl: Implementation, *, isolate: bool,
             for mutant in mutants:
                 stack.enter_context(mutant.applied())
 
-            def in_process(t: Target, i: Implementation, inputs: Inputs, *,
-                           properties: bool = True, timeout: Optional[float] = None,
-                           confirm: bool = True) -> Verdict:
-                return check_case(t, i, inputs, properties=properties, confirm=confirm,
-                                  timeout=timeout if timeout is not None else case_timeout)
+            def in_process(
+                t: Target,
+                i: Implementation,
+                inputs: Inputs,
+                *,
+                properties: bool = True,
+                timeout: float | None = None,
+                confirm: bool = True,
+            ) -> Verdict:
+                return check_case(
+                    t,
+                    i,
+                    inputs,
+                    properties=properties,
+                    confirm=confirm,
+                    timeout=timeout if timeout is not None else case_timeout,
+                )
 
             yield in_process
         return
     if len(mutants) > 1:
         from fuzzkit.errors import UsageError
 
-        raise UsageError("an isolated replay applies at most one --mutant; drop --isolate or "
-                         "name one mutant")
+        raise UsageError(
+            "an isolated replay applies at most one --mutant; drop --isolate or name one mutant"
+        )
     from fuzzkit.isolation import IsolatedChecker, WorkerStartupError, target_source_spec
 
     spec = target_source_spec(target.name)
     preload = (spec.partition(":")[0],) if spec else ()
     with tempfile.TemporaryDirectory(prefix="fuzzkit-replay-") as inflight:
-        checker = IsolatedChecker(target.name, impl.name, case_timeout=case_timeout,
-                                  memory_mb=memory_mb, inflight_dir=Path(inflight),
-                                  mutant=mutants[0].name if mutants else None, preload=preload)
+        checker = IsolatedChecker(
+            target.name,
+            impl.name,
+            case_timeout=case_timeout,
+            memory_mb=memory_mb,
+            inflight_dir=Path(inflight),
+            mutant=mutants[0].name if mutants else None,
+            preload=preload,
+        )
         try:
-            def isolated(t: Target, i: Implementation, inputs: Inputs, *,
-                         properties: bool = True, timeout: Optional[float] = None,
-                         confirm: bool = True) -> Verdict:
+
+            def isolated(
+                t: Target,
+                i: Implementation,
+                inputs: Inputs,
+                *,
+                properties: bool = True,
+                timeout: float | None = None,
+                confirm: bool = True,
+            ) -> Verdict:
                 try:
                     return checker(t, i, inputs, properties=properties, timeout=timeout)
                 except WorkerStartupError as exc:

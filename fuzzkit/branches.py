@@ -25,17 +25,17 @@ import re
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Iterable, Optional, Sequence
+from typing import Any, Iterable, Sequence
 
 #: A pragma with its reason: ``# pragma: no cover - only on a GPU``.
 PRAGMA = re.compile(r"#\s*pragma:\s*no\s+(cover|branch)\b\s*[-:\u2014]?\s*(.*)$")
 
 
-def module_file(name: str) -> Optional[str]:
+def module_file(name: str) -> str | None:
     """The source file of module ``name`` *without importing it or its parents* (importing a
     target package before measuring starts would leave its definitions counted as not run)."""
     parts = name.split(".")
-    path: Optional[list[str]] = None
+    path: list[str] | None = None
     spec = None
     for i in range(len(parts)):
         spec = importlib.machinery.PathFinder.find_spec(".".join(parts[: i + 1]), path)
@@ -72,7 +72,7 @@ class Exclusion:
         return dataclasses.asdict(self)
 
 
-def exclusions(files: Iterable[str], root: Optional[Path] = None) -> list[Exclusion]:
+def exclusions(files: Iterable[str], root: Path | None = None) -> list[Exclusion]:
     """Every coverage pragma in ``files`` with its reason ("" if none was written)."""
     out = []
     for file in files:
@@ -83,12 +83,13 @@ def exclusions(files: Iterable[str], root: Optional[Path] = None) -> list[Exclus
         for number, text in enumerate(lines, 1):
             match = PRAGMA.search(text)
             if match:
-                out.append(Exclusion(_short(file, root), number, match.group(1),
-                                     match.group(2).strip()))
+                out.append(
+                    Exclusion(_short(file, root), number, match.group(1), match.group(2).strip())
+                )
     return out
 
 
-def _short(file: str, root: Optional[Path]) -> str:
+def _short(file: str, root: Path | None) -> str:
     root = root or Path.cwd()
     try:
         return Path(file).resolve().relative_to(root.resolve()).as_posix()
@@ -99,8 +100,9 @@ def _short(file: str, root: Optional[Path]) -> str:
 class Meter:
     """One coverage.py measurement for a run; :meth:`pair` switches the context per pair."""
 
-    def __init__(self, modules: Sequence[str], *, sample_every: float = 5.0,
-                 root: Optional[Path] = None) -> None:
+    def __init__(
+        self, modules: Sequence[str], *, sample_every: float = 5.0, root: Path | None = None
+    ) -> None:
         try:
             import coverage
         except ImportError:  # pragma: no cover - coverage is a dependency of fuzzkit
@@ -110,11 +112,12 @@ class Meter:
         self.root = root or _project_root()
         self.files = module_files(modules)
         self.sample_every = sample_every
-        self._cov = coverage.Coverage(branch=True, include=self.files, data_file=None,
-                                      config_file=False)
+        self._cov = coverage.Coverage(
+            branch=True, include=self.files, data_file=None, config_file=False
+        )
         self._cov.exclude(r"#\s*pragma:\s*no\s+cover", which="exclude")
         self._cov.exclude(r"#\s*pragma:\s*no\s+branch", which="partial")
-        self._label: Optional[str] = None
+        self._label: str | None = None
         self._pair_files: dict[str, list[str]] = {}
         self._timelines: dict[str, list[tuple[float, float]]] = {}
         self._started_at: dict[str, float] = {}
@@ -172,16 +175,21 @@ class Meter:
         self._last_sample = now
         totals = self._json(self._label)["totals"]
         self._timelines[self._label].append(
-            (round(now - self._started_at[self._label], 3), _branch_percent(totals)))
+            (round(now - self._started_at[self._label], 3), _branch_percent(totals))
+        )
 
     def _json(self, label: str) -> dict[str, Any]:
         fd, path = tempfile.mkstemp(suffix=".json", prefix="fuzzkit-coverage-")
         os.close(fd)
         try:
-            self._cov.json_report(outfile=path, include=self._pair_files[label],
-                                  contexts=[f"^{re.escape(label)}$", "^$"], pretty_print=False)
+            self._cov.json_report(
+                outfile=path,
+                include=self._pair_files[label],
+                contexts=[f"^{re.escape(label)}$", "^$"],
+                pretty_print=False,
+            )
             return json.loads(Path(path).read_text())
-        except Exception as exc:  # noqa: BLE001 - coverage.py's NoDataError and friends
+        except Exception as exc:
             if type(exc).__name__ == "NoDataError":
                 return {"totals": {}, "files": {}}
             raise
@@ -197,10 +205,14 @@ class Meter:
         for file, info in sorted(data.get("files", {}).items()):
             short = _short(file, self.root)
             summary = info.get("summary", {})
-            per_file[short] = {"branch_percent": _branch_percent(summary),
-                               "line_percent": _line_percent(summary)}
-            missing_branches += [f"{short}:{a}->{b}" if b > 0 else f"{short}:{a}->exit"
-                                 for a, b in info.get("missing_branches", [])]
+            per_file[short] = {
+                "branch_percent": _branch_percent(summary),
+                "line_percent": _line_percent(summary),
+            }
+            missing_branches += [
+                f"{short}:{a}->{b}" if b > 0 else f"{short}:{a}->exit"
+                for a, b in info.get("missing_branches", [])
+            ]
             missing_lines += [f"{short}:{n}" for n in info.get("missing_lines", [])]
         files = self._pair_files.get(label, [])
         return {

@@ -14,8 +14,8 @@ problem is a :class:`CaseFileError` with one line that says what is wrong.
 from __future__ import annotations
 
 import base64
-import contextlib
 import binascii
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -24,7 +24,7 @@ import os
 import stat
 import tempfile
 from pathlib import Path
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -51,21 +51,55 @@ MAX_MESSAGE_CHARS = 64 * 1024
 ALLOWED_DTYPES = frozenset(
     np.dtype(t).str
     for t in (
-        "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-        "float16", "float32", "float64", "complex64", "complex128",
+        "bool",
+        "int8",
+        "int16",
+        "int32",
+        "int64",
+        "uint8",
+        "uint16",
+        "uint32",
+        "uint64",
+        "float16",
+        "float32",
+        "float64",
+        "complex64",
+        "complex128",
     )
-) | frozenset(np.dtype(t).newbyteorder(">").str for t in (
-    "int16", "int32", "int64", "uint16", "uint32", "uint64", "float16", "float32", "float64",
-))
-_TOP_KEYS = {"format", "fuzzkit_version", "target", "implementation", "seed", "inputs", "failure",
-             "origin", "id"}
+) | frozenset(
+    np.dtype(t).newbyteorder(">").str
+    for t in (
+        "int16",
+        "int32",
+        "int64",
+        "uint16",
+        "uint32",
+        "uint64",
+        "float16",
+        "float32",
+        "float64",
+    )
+)
+_TOP_KEYS = {
+    "format",
+    "fuzzkit_version",
+    "target",
+    "implementation",
+    "seed",
+    "inputs",
+    "failure",
+    "origin",
+    "id",
+}
 
 
 class SavedAsJson:
     """A record saved as one canonical JSON file named by its id (cases and case sequences):
     the subclass supplies ``case_id`` and ``to_json``."""
 
-    case_id: str
+    @property
+    def case_id(self) -> str:  # pragma: no cover - every subclass defines it
+        raise NotImplementedError
 
     def to_json(self) -> dict[str, Any]:  # pragma: no cover - every subclass defines it
         raise NotImplementedError
@@ -87,16 +121,19 @@ class Case(SavedAsJson):
     target: str
     implementation: str
     inputs: dict[str, Any]
-    seed: Optional[int] = None
-    failure: Optional[Failure] = None
+    seed: int | None = None
+    failure: Failure | None = None
     origin: str = "unknown"  # hypothesis, atheris, shrink, manual, ...
     fuzzkit_version: str = __version__
 
     @property
     def case_id(self) -> str:
         """Content hash of what makes the reproducer: target, implementation and inputs."""
-        key = {"target": self.target, "implementation": self.implementation,
-               "inputs": encode_value(self.inputs)}
+        key = {
+            "target": self.target,
+            "implementation": self.implementation,
+            "inputs": encode_value(self.inputs),
+        }
         return hashlib.sha256(canonical_json(key).encode("ascii")).hexdigest()[:20]
 
     def to_json(self) -> dict[str, Any]:
@@ -114,8 +151,9 @@ class Case(SavedAsJson):
 
 
 def canonical_json(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
-                      allow_nan=False)
+    return json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False
+    )
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -144,11 +182,13 @@ def encode_value(value: Any) -> Any:
         if value.dtype.str not in ALLOWED_DTYPES:
             raise TypeError(f"cannot store arrays of dtype {value.dtype} in a case file")
         data = np.ascontiguousarray(value)  # (makes a 0-d array 1-d: the shape is value's)
-        return {"__ndarray__": {
-            "dtype": data.dtype.str,
-            "shape": list(value.shape),
-            "data": base64.b64encode(data.tobytes()).decode("ascii"),
-        }}
+        return {
+            "__ndarray__": {
+                "dtype": data.dtype.str,
+                "shape": list(value.shape),
+                "data": base64.b64encode(data.tobytes()).decode("ascii"),
+            }
+        }
     if isinstance(value, np.generic):
         return encode_value(value.item())
     if isinstance(value, Mapping):
@@ -192,22 +232,33 @@ def shown(value: Any, limit: int = 80) -> str:
 
 def _decode_array(value: dict[str, Any], path: str) -> np.ndarray:
     spec = value["__ndarray__"]
-    if set(value) != {"__ndarray__"} or not isinstance(spec, dict) or set(spec) != {
-            "dtype", "shape", "data"}:
+    if (
+        set(value) != {"__ndarray__"}
+        or not isinstance(spec, dict)
+        or set(spec) != {"dtype", "shape", "data"}
+    ):
         raise CaseFileError(f"{path}: an array needs exactly dtype, shape and data")
     dtype_text, shape, data = spec["dtype"], spec["shape"], spec["data"]
     if not isinstance(dtype_text, str) or dtype_text not in ALLOWED_DTYPES:
         raise CaseFileError(f"{path}: dtype {shown(dtype_text)} is not allowed in a case file")
-    if (not isinstance(shape, list) or len(shape) > MAX_ARRAY_DIMS
-            or not all(isinstance(n, int) and not isinstance(n, bool) and 0 <= n <= MAX_AXIS
-                       for n in shape)):
-        raise CaseFileError(f"{path}: shape must be a list of at most {MAX_ARRAY_DIMS} "
-                            f"integers in 0..{MAX_AXIS}, got {shown(shape)}")
+    if (
+        not isinstance(shape, list)
+        or len(shape) > MAX_ARRAY_DIMS
+        or not all(
+            isinstance(n, int) and not isinstance(n, bool) and 0 <= n <= MAX_AXIS for n in shape
+        )
+    ):
+        raise CaseFileError(
+            f"{path}: shape must be a list of at most {MAX_ARRAY_DIMS} "
+            f"integers in 0..{MAX_AXIS}, got {shown(shape)}"
+        )
     dtype = np.dtype(dtype_text)
     count = math.prod(shape)
     if count * dtype.itemsize > MAX_ARRAY_BYTES:
-        raise CaseFileError(f"{path}: array of {count * dtype.itemsize} bytes exceeds the "
-                            f"{MAX_ARRAY_BYTES}-byte limit")
+        raise CaseFileError(
+            f"{path}: array of {count * dtype.itemsize} bytes exceeds the "
+            f"{MAX_ARRAY_BYTES}-byte limit"
+        )
     if not isinstance(data, str):
         raise CaseFileError(f"{path}: array data must be a base64 string")
     try:
@@ -215,8 +266,10 @@ def _decode_array(value: dict[str, Any], path: str) -> np.ndarray:
     except (binascii.Error, UnicodeEncodeError):
         raise CaseFileError(f"{path}: array data is not valid base64") from None
     if len(raw) != count * dtype.itemsize:
-        raise CaseFileError(f"{path}: array data has {len(raw)} bytes, shape {shape} of {dtype} "
-                            f"needs {count * dtype.itemsize}")
+        raise CaseFileError(
+            f"{path}: array data has {len(raw)} bytes, shape {shape} of {dtype} "
+            f"needs {count * dtype.itemsize}"
+        )
     return np.frombuffer(raw, dtype=dtype).reshape(shape).copy()
 
 
@@ -227,10 +280,14 @@ def _decode_array(value: dict[str, Any], path: str) -> np.ndarray:
 def loads(text: str | bytes, source: str = "<case>") -> Case:
     """Parse and validate a case file's contents.  Raises :class:`CaseFileError`."""
     data = parse_json(text, source)
-    if isinstance(data, dict) and isinstance(data.get("format"), str) and data["format"].startswith(
-            "fuzzkit-sequence/"):
-        raise CaseFileError(f"{source}: a case sequence, not a single case; `fuzzkit replay` "
-                            "runs it")
+    if (
+        isinstance(data, dict)
+        and isinstance(data.get("format"), str)
+        and data["format"].startswith("fuzzkit-sequence/")
+    ):
+        raise CaseFileError(
+            f"{source}: a case sequence, not a single case; `fuzzkit replay` runs it"
+        )
     return from_json(data, source)
 
 
@@ -239,12 +296,15 @@ def parse_json(text: str | bytes, source: str = "<case>") -> Any:
     keys, non-finite or absurdly long numbers, and more values or nesting than a case can need --
     before the decoded value can cost more memory than the file's bytes."""
     if len(text) > MAX_FILE_BYTES:
-        raise CaseFileError(f"{source}: {len(text)} bytes exceeds the {MAX_FILE_BYTES}-byte limit "
-                            "for case files")
+        raise CaseFileError(
+            f"{source}: {len(text)} bytes exceeds the {MAX_FILE_BYTES}-byte limit for case files"
+        )
     if isinstance(text, bytes):
         if text[:1] == b"\x80":  # every binary pickle protocol (2-5) starts with PROTO 0x80
-            raise CaseFileError(f"{source}: looks like a pickle payload, not a fuzzkit case file; "
-                                "case files are JSON and are never unpickled")
+            raise CaseFileError(
+                f"{source}: looks like a pickle payload, not a fuzzkit case file; "
+                "case files are JSON and are never unpickled"
+            )
         try:
             text = text.decode("utf-8")
         except UnicodeDecodeError:
@@ -253,29 +313,40 @@ def parse_json(text: str | bytes, source: str = "<case>") -> Any:
         raise CaseFileError(f"{source}: empty file; a fuzzkit case file is JSON")
     stripped = text.strip()
     if stripped[0] in "c(]}" and stripped.endswith(".") and "\n" in stripped:
-        raise CaseFileError(f"{source}: looks like a text pickle payload, not a fuzzkit case file; "
-                            "case files are JSON and are never unpickled")
+        raise CaseFileError(
+            f"{source}: looks like a text pickle payload, not a fuzzkit case file; "
+            "case files are JSON and are never unpickled"
+        )
     # Every JSON value but the first follows a comma or opens a container: an upper bound on the
     # number of values, counted before json builds any of them.
     values = text.count(",") + text.count("[") + text.count("{")
     if values > MAX_JSON_VALUES:
-        raise CaseFileError(f"{source}: about {values} JSON values exceed the limit of "
-                            f"{MAX_JSON_VALUES}; arrays belong in base64 ndarray records")
+        raise CaseFileError(
+            f"{source}: about {values} JSON values exceed the limit of "
+            f"{MAX_JSON_VALUES}; arrays belong in base64 ndarray records"
+        )
     try:
-        data = json.loads(text, parse_constant=_refuse_constant, parse_int=_bounded_int,
-                          parse_float=_finite_float, object_pairs_hook=_unique_keys)
+        data = json.loads(
+            text,
+            parse_constant=_refuse_constant,
+            parse_int=_bounded_int,
+            parse_float=_finite_float,
+            object_pairs_hook=_unique_keys,
+        )
     except json.JSONDecodeError as exc:
         hint = " (truncated?)" if exc.pos >= len(text.rstrip()) - 1 else ""
-        raise CaseFileError(f"{source}: not valid JSON{hint}: {exc.msg} at line {exc.lineno} "
-                            f"column {exc.colno}") from None
+        raise CaseFileError(
+            f"{source}: not valid JSON{hint}: {exc.msg} at line {exc.lineno} column {exc.colno}"
+        ) from None
     except RecursionError:
         raise CaseFileError(f"{source}: JSON nested too deeply") from None
     except CaseFileError as exc:
         raise CaseFileError(f"{source}: {exc}") from None
     deepest = _depth(data)
     if deepest > MAX_FILE_DEPTH:
-        raise CaseFileError(f"{source}: JSON nested {deepest} levels deep; a case file has at "
-                            f"most {MAX_FILE_DEPTH}")
+        raise CaseFileError(
+            f"{source}: JSON nested {deepest} levels deep; a case file has at most {MAX_FILE_DEPTH}"
+        )
     return data
 
 
@@ -291,28 +362,35 @@ def _depth(value: Any) -> int:
         if isinstance(item, (dict, list)):
             deepest = max(deepest, level)
             if level <= MAX_FILE_DEPTH:  # deeper than that is refused anyway; stop walking
-                stack.extend((child, level + 1)
-                             for child in (item.values() if isinstance(item, dict) else item))
+                stack.extend(
+                    (child, level + 1)
+                    for child in (item.values() if isinstance(item, dict) else item)
+                )
     return deepest
 
 
 def _refuse_constant(name: str) -> Any:
-    raise CaseFileError(f"bare {name} is not allowed; non-finite floats are written as "
-                        '{"__float__": "nan"}')
+    raise CaseFileError(
+        f'bare {name} is not allowed; non-finite floats are written as {{"__float__": "nan"}}'
+    )
 
 
 def _bounded_int(text: str) -> int:
     if len(text.lstrip("-")) > MAX_INT_DIGITS:
-        raise CaseFileError(f"an integer of {len(text.lstrip('-'))} digits; a case file's "
-                            f"integers have at most {MAX_INT_DIGITS}")
+        raise CaseFileError(
+            f"an integer of {len(text.lstrip('-'))} digits; a case file's "
+            f"integers have at most {MAX_INT_DIGITS}"
+        )
     return int(text)
 
 
 def _finite_float(text: str) -> float:
     value = float(text)
     if not math.isfinite(value):
-        raise CaseFileError(f"number {shown(text, 40)} overflows a float; non-finite floats are "
-                            'written as {"__float__": "inf"}')
+        raise CaseFileError(
+            f"number {shown(text, 40)} overflows a float; non-finite floats are "
+            'written as {"__float__": "inf"}'
+        )
     return value
 
 
@@ -339,8 +417,8 @@ class Header:
     implementation: str
     origin: str
     fuzzkit_version: str
-    failure: Optional[Failure]
-    file_id: Optional[str]
+    failure: Failure | None
+    file_id: str | None
 
 
 def parse_header(data: Any, source: str, format_name: str, keys: set[str]) -> Header:
@@ -350,8 +428,10 @@ def parse_header(data: Any, source: str, format_name: str, keys: set[str]) -> He
     if not isinstance(data, dict):
         raise CaseFileError(f"{source}: top level must be a JSON object")
     if data.get("format") != format_name:
-        raise CaseFileError(f"{source}: format is {shown(data.get('format'))}, expected "
-                            f"{format_name!r} (is this a fuzzkit file?)")
+        raise CaseFileError(
+            f"{source}: format is {shown(data.get('format'))}, expected "
+            f"{format_name!r} (is this a fuzzkit file?)"
+        )
     extra = set(data) - keys
     if extra:
         raise CaseFileError(f"{source}: unknown keys {shown(sorted(extra))}")
@@ -360,32 +440,42 @@ def parse_header(data: Any, source: str, format_name: str, keys: set[str]) -> He
     for key in ("origin", "fuzzkit_version"):
         _label(data.get(key), f"{source}: {key!r}", required=False)
     file_id = data.get("id")
-    if file_id is not None and (not isinstance(file_id, str) or len(file_id) != 20
-                                or any(c not in "0123456789abcdef" for c in file_id)):
+    if file_id is not None and (
+        not isinstance(file_id, str)
+        or len(file_id) != 20
+        or any(c not in "0123456789abcdef" for c in file_id)
+    ):
         raise CaseFileError(f"{source}: 'id' must be 20 lowercase hex digits, got {shown(file_id)}")
-    return Header(target=data["target"], implementation=data["implementation"],
-                  origin=data.get("origin") or "unknown",
-                  fuzzkit_version=data.get("fuzzkit_version") or "unknown",
-                  failure=parse_failure(data.get("failure"), source), file_id=file_id)
+    return Header(
+        target=data["target"],
+        implementation=data["implementation"],
+        origin=data.get("origin") or "unknown",
+        fuzzkit_version=data.get("fuzzkit_version") or "unknown",
+        failure=parse_failure(data.get("failure"), source),
+        file_id=file_id,
+    )
 
 
 def _label(value: Any, what: str, required: bool, limit: int = MAX_LABEL_CHARS) -> None:
     if value is None and not required:
         return
-    if (not isinstance(value, str) or not value or len(value) > limit
-            or not value.isprintable()):
-        raise CaseFileError(f"{what} must be a non-empty printable string of at most "
-                            f"{limit} characters, got {shown(value)}")
+    if not isinstance(value, str) or not value or len(value) > limit or not value.isprintable():
+        raise CaseFileError(
+            f"{what} must be a non-empty printable string of at most "
+            f"{limit} characters, got {shown(value)}"
+        )
 
 
-def parse_failure(raw: Any, source: str) -> Optional[Failure]:
+def parse_failure(raw: Any, source: str) -> Failure | None:
     """The recorded failure of a file.  It is outside the content hash (the same inputs are the
     same reproducer whatever was recorded), so it is validated field by field instead: a kind
     fuzzkit knows, a printable signature, a bounded message and JSON details."""
     if raw is None:
         return None
-    needs = (f"{source}: 'failure' needs kind (one of {', '.join(KINDS)}), message, signature "
-             "and details")
+    needs = (
+        f"{source}: 'failure' needs kind (one of {', '.join(KINDS)}), message, signature "
+        "and details"
+    )
     if not isinstance(raw, dict) or set(raw) - {"kind", "message", "signature", "details"}:
         raise CaseFileError(needs)
     if raw.get("kind") not in KINDS or not isinstance(raw.get("message"), str):
@@ -393,11 +483,16 @@ def parse_failure(raw: Any, source: str) -> Optional[Failure]:
     details = raw.get("details", {})
     if not isinstance(details, dict):
         raise CaseFileError(needs)
-    _label(raw.get("signature"), f"{source}: failure 'signature'", required=True,
-           limit=MAX_SIGNATURE_CHARS)
+    _label(
+        raw.get("signature"),
+        f"{source}: failure 'signature'",
+        required=True,
+        limit=MAX_SIGNATURE_CHARS,
+    )
     if len(raw["message"]) > MAX_MESSAGE_CHARS:
-        raise CaseFileError(f"{source}: failure 'message' is longer than {MAX_MESSAGE_CHARS} "
-                            "characters")
+        raise CaseFileError(
+            f"{source}: failure 'message' is longer than {MAX_MESSAGE_CHARS} characters"
+        )
     return Failure.from_json(raw)
 
 
@@ -409,9 +504,15 @@ def from_json(data: Any, source: str = "<case>") -> Case:
     if not isinstance(data.get("inputs"), dict):
         raise CaseFileError(f"{source}: 'inputs' must be a JSON object")
     inputs = decode_inputs(data["inputs"], "inputs", source)
-    case = Case(target=header.target, implementation=header.implementation, inputs=inputs,
-                seed=seed, failure=header.failure, origin=header.origin,
-                fuzzkit_version=header.fuzzkit_version)
+    case = Case(
+        target=header.target,
+        implementation=header.implementation,
+        inputs=inputs,
+        seed=seed,
+        failure=header.failure,
+        origin=header.origin,
+        fuzzkit_version=header.fuzzkit_version,
+    )
     check_id(header.file_id, case.case_id, source)
     return case
 
@@ -426,10 +527,12 @@ def decode_inputs(raw: Any, path: str, source: str) -> dict[str, Any]:
         raise CaseFileError(f"{source}: {exc}") from None
 
 
-def check_id(file_id: Optional[str], content_id: str, source: str) -> None:
+def check_id(file_id: str | None, content_id: str, source: str) -> None:
     if file_id is not None and file_id != content_id:
-        raise CaseFileError(f"{source}: content hash mismatch (file says {file_id}, content "
-                            f"hashes to {content_id}); the file was edited or corrupted")
+        raise CaseFileError(
+            f"{source}: content hash mismatch (file says {file_id}, content "
+            f"hashes to {content_id}); the file was edited or corrupted"
+        )
 
 
 def load(path: os.PathLike[str] | str) -> Case:

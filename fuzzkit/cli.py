@@ -12,14 +12,14 @@ import os
 # fuzzing parallelizes with processes instead.  Must happen before torch is imported.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-import argparse  # noqa: E402
-import json  # noqa: E402
-import sys  # noqa: E402
-from pathlib import Path  # noqa: E402
-from typing import Any, Optional, Sequence  # noqa: E402
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, Sequence
 
-from fuzzkit import __version__  # noqa: E402
-from fuzzkit.errors import FuzzkitError, UsageError  # noqa: E402
+from fuzzkit import __version__
+from fuzzkit.errors import FuzzkitError, UsageError
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
 
@@ -42,116 +42,218 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("targets", nargs="*", metavar="TARGET")
     p.add_argument("--all", action="store_true", help="every registered target")
     p.add_argument("--impl", help="implementation name, or module:attr for an outside one")
-    p.add_argument("--budget", type=_positive_float, default=60.0,
-                   help="total seconds of fuzzing, split over targets x implementations "
-                        "(default 60; shrinking a finding may add to it)")
+    p.add_argument(
+        "--budget",
+        type=_positive_float,
+        default=60.0,
+        help="total seconds of fuzzing, split over targets x implementations "
+        "(default 60; shrinking a finding may add to it)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--profile", choices=("ci", "campaign"), default="campaign")
     p.add_argument("--report-dir", type=Path, default=Path("reports"))
     p.add_argument("--corpus", type=Path, default=None, help="corpus root (default ./corpus)")
-    p.add_argument("--case-timeout", type=_positive_float, default=60.0,
-                   help="seconds one case may take before it counts as a timeout")
-    p.add_argument("--workers", type=_positive_int, default=1,
-                   help="parallel workers (processes or Ray tasks) sharing corpus and database; "
-                        "1 (default) fuzzes in this process")
-    p.add_argument("--backend", choices=("local", "ray"), default="local",
-                   help="where workers run (ray: `pip install 'fuzzkit[ray]'`)")
+    p.add_argument(
+        "--case-timeout",
+        type=_positive_float,
+        default=60.0,
+        help="seconds one case may take before it counts as a timeout",
+    )
+    p.add_argument(
+        "--workers",
+        type=_positive_int,
+        default=1,
+        help="parallel workers (processes or Ray tasks) sharing corpus and database; "
+        "1 (default) fuzzes in this process",
+    )
+    p.add_argument(
+        "--backend",
+        choices=("local", "ray"),
+        default="local",
+        help="where workers run (ray: `pip install 'fuzzkit[ray]'`)",
+    )
     p.add_argument("--address", help="Ray cluster address (default: start a local instance)")
     p.add_argument("--num-gpus", type=float, default=0.0, help="GPUs per Ray worker task")
-    p.add_argument("--isolate", action="store_true",
-                   help="run every case in a child process: segfaults, hangs and OOMs become "
-                        "findings instead of killing the worker")
-    p.add_argument("--memory-mb", type=_positive_int, default=None,
-                   help="address-space limit of an isolated case process (with --isolate)")
+    p.add_argument(
+        "--isolate",
+        action="store_true",
+        help="run every case in a child process: segfaults, hangs and OOMs become "
+        "findings instead of killing the worker",
+    )
+    p.add_argument(
+        "--memory-mb",
+        type=_positive_int,
+        default=None,
+        help="address-space limit of an isolated case process (with --isolate)",
+    )
     p.add_argument("--engine", choices=("hypothesis", "atheris"), default="hypothesis")
-    p.add_argument("--progress", choices=("live", "quiet", "jsonl"), default=None,
-                   help="live table (default on a terminal), quiet (final table only) or one "
-                        "JSON status line per second on stdout")
-    p.add_argument("--resume", type=Path, metavar="RUN_DIR",
-                   help="continue an interrupted campaign with its remaining budget")
-    p.add_argument("--coverage", action="store_true",
-                   help="measure branch coverage of the code under test (coverage.py) per "
-                        "target x implementation: table, summary.json and the HTML report")
-    p.add_argument("--steer", action="store_true",
-                   help="with --coverage: reward cases that run new branches "
-                        "(hypothesis.target), so Hypothesis mutates them further")
-    p.add_argument("--known", type=Path, metavar="FILE",
-                   help="JSON list of accepted signatures, each with a reason: counted, never "
-                        "chased (see fuzzkit.known)")
-    p.add_argument("--mutant", action="append", default=[], metavar="NAME",
-                   help="fuzz under this shipped mutant of the (single) target; repeat for "
-                        "several planted bugs at once")
-    p.add_argument("--max-findings", type=_positive_int, default=None, metavar="N",
-                   help="stop a target x implementation after N distinct findings (default: "
-                        "keep fuzzing for the whole budget)")
-    p.add_argument("--no-confirm", action="store_true",
-                   help="skip the fresh-process confirmation of findings")
+    p.add_argument(
+        "--progress",
+        choices=("live", "quiet", "jsonl"),
+        default=None,
+        help="live table (default on a terminal), quiet (final table only) or one "
+        "JSON status line per second on stdout",
+    )
+    p.add_argument(
+        "--resume",
+        type=Path,
+        metavar="RUN_DIR",
+        help="continue an interrupted campaign with its remaining budget",
+    )
+    p.add_argument(
+        "--coverage",
+        action="store_true",
+        help="measure branch coverage of the code under test (coverage.py) per "
+        "target x implementation: table, summary.json and the HTML report",
+    )
+    p.add_argument(
+        "--steer",
+        action="store_true",
+        help="with --coverage: reward cases that run new branches "
+        "(hypothesis.target), so Hypothesis mutates them further",
+    )
+    p.add_argument(
+        "--known",
+        type=Path,
+        metavar="FILE",
+        help="JSON list of accepted signatures, each with a reason: counted, never "
+        "chased (see fuzzkit.known)",
+    )
+    p.add_argument(
+        "--mutant",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="fuzz under this shipped mutant of the (single) target; repeat for "
+        "several planted bugs at once",
+    )
+    p.add_argument(
+        "--max-findings",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="stop a target x implementation after N distinct findings (default: "
+        "keep fuzzing for the whole budget)",
+    )
+    p.add_argument(
+        "--no-confirm", action="store_true", help="skip the fresh-process confirmation of findings"
+    )
 
     p = sub.add_parser("report", help="(re)write a campaign's index.html with its plots")
-    p.add_argument("run_dir", type=Path, metavar="RUN_DIR",
-                   help="a reports/<run-id> directory (with state.json and events.jsonl)")
+    p.add_argument(
+        "run_dir",
+        type=Path,
+        metavar="RUN_DIR",
+        help="a reports/<run-id> directory (with state.json and events.jsonl)",
+    )
 
     p = sub.add_parser("replay", help="re-run case files (or case sequences) and print verdicts")
     p.add_argument("paths", nargs="+", type=Path, metavar="PATH")
     p.add_argument("--impl", help="replay against this implementation instead")
-    p.add_argument("--mutant", action="append", default=[], metavar="NAME",
-                   help="replay under this shipped mutant of the case's target (repeatable)")
+    p.add_argument(
+        "--mutant",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="replay under this shipped mutant of the case's target (repeatable)",
+    )
     _add_file_run_options(p)
 
     p = sub.add_parser("shrink", help="minimize a failing case file")
     p.add_argument("path", type=Path, metavar="PATH")
     p.add_argument("--output", type=Path, help="directory for the smaller case (default: beside)")
-    p.add_argument("--impl", help="implementation name, or module:attr for an outside one "
-                                  "(default: the registered one the case file names; a file "
-                                  "never chooses code to import)")
+    p.add_argument(
+        "--impl",
+        help="implementation name, or module:attr for an outside one "
+        "(default: the registered one the case file names; a file "
+        "never chooses code to import)",
+    )
     _add_file_run_options(p)
 
-    p = sub.add_parser("bisect", help="find the first diverging node of a failing graph case "
-                                      "and its smallest failing window")
+    p = sub.add_parser(
+        "bisect",
+        help="find the first diverging node of a failing graph case "
+        "and its smallest failing window",
+    )
     p.add_argument("path", type=Path, metavar="CASE")
     p.add_argument("--impl", help="implementation to bisect (default: the case's)")
     p.add_argument("--mutant", help="apply this shipped mutant of the target while bisecting")
-    p.add_argument("--out", type=Path, default=None,
-                   help="directory for the minimized case and its repro script "
-                        "(default: bisected/ beside CASE)")
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="directory for the minimized case and its repro script "
+        "(default: bisected/ beside CASE)",
+    )
     p.add_argument("--json", action="store_true", help="machine-readable output")
     _add_file_run_options(p)
 
     p = sub.add_parser("mutants", help="check that the fuzzer catches every shipped mutant")
     p.add_argument("targets", nargs="*", metavar="TARGET")
-    p.add_argument("--budget", type=_positive_float, default=30.0,
-                   help="seconds per mutant (default 30)")
+    p.add_argument(
+        "--budget", type=_positive_float, default=30.0, help="seconds per mutant (default 30)"
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.add_argument("--only", action="append", default=[], metavar="MUTANT",
-                   help="run only this mutant (repeatable)")
-    p.add_argument("--shrink", action="store_true",
-                   help="minimize each finding and report its size (program steps, rows)")
-    p.add_argument("--save-regressions", type=Path, metavar="CORPUS",
-                   help="shrink each finding and save it under CORPUS/<target>/regressions/: it "
-                        "passes on the real implementation and fails if the bug comes back")
-    p.add_argument("--no-confirm", action="store_true",
-                   help="skip the fresh-process confirmation (state-dependent mutants then "
-                        "look reproducible)")
+    p.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="MUTANT",
+        help="run only this mutant (repeatable)",
+    )
+    p.add_argument(
+        "--shrink",
+        action="store_true",
+        help="minimize each finding and report its size (program steps, rows)",
+    )
+    p.add_argument(
+        "--save-regressions",
+        type=Path,
+        metavar="CORPUS",
+        help="shrink each finding and save it under CORPUS/<target>/regressions/: it "
+        "passes on the real implementation and fails if the bug comes back",
+    )
+    p.add_argument(
+        "--no-confirm",
+        action="store_true",
+        help="skip the fresh-process confirmation (state-dependent mutants then look reproducible)",
+    )
     return parser
 
 
 def _add_file_run_options(p: argparse.ArgumentParser, isolation: bool = True) -> None:
     """What a command that runs cases from files takes: limits the user may raise, a time limit
     per case and (where the command supports it) isolation."""
-    p.add_argument("--limit", action="append", default=[], metavar="NAME=N",
-                   help="raise one of the target's resource limits for this file (`fuzzkit list "
-                        "--json` names them); a file never raises them itself")
-    p.add_argument("--case-timeout", type=_positive_float, default=60.0,
-                   help="seconds one case may take before it counts as a timeout (default 60)")
+    p.add_argument(
+        "--limit",
+        action="append",
+        default=[],
+        metavar="NAME=N",
+        help="raise one of the target's resource limits for this file (`fuzzkit list "
+        "--json` names them); a file never raises them itself",
+    )
+    p.add_argument(
+        "--case-timeout",
+        type=_positive_float,
+        default=60.0,
+        help="seconds one case may take before it counts as a timeout (default 60)",
+    )
     if isolation:
-        p.add_argument("--isolate", action=argparse.BooleanOptionalAction, default=None,
-                       help="run cases in a child process so a segfault, hang or OOM is a verdict "
-                            "(default: only for cases whose recorded failure is a crash, timeout "
-                            "or oom)")
-        p.add_argument("--memory-mb", type=_positive_int, default=None,
-                       help="address-space headroom of the isolated case process (implies "
-                            "--isolate)")
+        p.add_argument(
+            "--isolate",
+            action=argparse.BooleanOptionalAction,
+            default=None,
+            help="run cases in a child process so a segfault, hang or OOM is a verdict "
+            "(default: only for cases whose recorded failure is a crash, timeout "
+            "or oom)",
+        )
+        p.add_argument(
+            "--memory-mb",
+            type=_positive_int,
+            default=None,
+            help="address-space headroom of the isolated case process (implies --isolate)",
+        )
 
 
 def _positive_float(text: str) -> float:
@@ -174,7 +276,7 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     # The current directory is deliberately not put on sys.path: a module planted there must not
     # be importable by name.  An outside --impl is found on PYTHONPATH, like any import.
     try:
@@ -208,8 +310,10 @@ def cmd_list(args: argparse.Namespace) -> int:
         return status
     table = _table("target", "implementations", "properties", "mutants")
     for d in described:
-        impls = ", ".join(f"{i['name']} ({i['backend']}{'' if i['available'] else ', unavailable'})"
-                          for i in d["implementations"])
+        impls = ", ".join(
+            f"{i['name']} ({i['backend']}{'' if i['available'] else ', unavailable'})"
+            for i in d["implementations"]
+        )
         table.add_row(d["name"], impls, str(len(d["properties"])), str(len(d["mutants"])))
     _print(table)
     return status
@@ -220,11 +324,18 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UsageError("--steer rewards new branches, which --coverage measures: add --coverage")
     if args.memory_mb is not None and not args.isolate:
         raise UsageError("--memory-mb needs --isolate")
-    if (args.workers > 1 or args.backend == "ray" or args.resume is not None or args.isolate
-            or args.engine != "hypothesis"):
+    if (
+        args.workers > 1
+        or args.backend == "ray"
+        or args.resume is not None
+        or args.isolate
+        or args.engine != "hypothesis"
+    ):
         if args.coverage or args.mutant:
-            raise UsageError("--coverage and --mutant run in one process: drop "
-                             "--workers/--backend/--isolate/--engine/--resume to use them")
+            raise UsageError(
+                "--coverage and --mutant run in one process: drop "
+                "--workers/--backend/--isolate/--engine/--resume to use them"
+            )
         return _run_campaign(args)
     from fuzzkit import corpus
     from fuzzkit.registry import target_names
@@ -246,7 +357,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             meter.stop()
 
 
-def _load_known(path: Optional[Path]) -> Any:
+def _load_known(path: Path | None) -> Any:
     if path is None:
         return None
     from fuzzkit import known
@@ -254,7 +365,7 @@ def _load_known(path: Optional[Path]) -> Any:
     return known.load(path)
 
 
-def _coverage_meter(names: Sequence[str], impl_spec: Optional[str]) -> Any:
+def _coverage_meter(names: Sequence[str], impl_spec: str | None) -> Any:
     from fuzzkit import branches, registry
 
     modules = registry.source_packages(names)
@@ -265,8 +376,9 @@ def _coverage_meter(names: Sequence[str], impl_spec: Optional[str]) -> Any:
     return meter
 
 
-def _run_plan(names: Sequence[str], args: argparse.Namespace) -> tuple[list[Any], list[Any],
-                                                                        list[Any]]:
+def _run_plan(
+    names: Sequence[str], args: argparse.Namespace
+) -> tuple[list[Any], list[Any], list[Any]]:
     """(target, impl) pairs to fuzz, the skipped ones, and the mutants to apply."""
     from fuzzkit.registry import get_target, resolve_implementation
 
@@ -278,21 +390,28 @@ def _run_plan(names: Sequence[str], args: argparse.Namespace) -> tuple[list[Any]
         mutants = [targets[0].mutant(m) for m in args.mutant]
         patched = {m.implementation for m in mutants}
         if len(patched) != 1:
-            raise UsageError(f"the mutants patch different implementations ({sorted(patched)}); "
-                             "plant bugs of one implementation per run")
+            raise UsageError(
+                f"the mutants patch different implementations ({sorted(patched)}); "
+                "plant bugs of one implementation per run"
+            )
         if args.impl and args.impl not in patched:
-            raise UsageError(f"--mutant patches implementation {patched.pop()!r}, not "
-                             f"{args.impl!r}")
+            raise UsageError(
+                f"--mutant patches implementation {patched.pop()!r}, not {args.impl!r}"
+            )
         args.impl = next(iter(patched))
     plan, skipped = [], []
     for target in targets:
-        impls = ([resolve_implementation(target, args.impl)] if args.impl
-                 else list(target.implementations.values()))
+        impls = (
+            [resolve_implementation(target, args.impl)]
+            if args.impl
+            else list(target.implementations.values())
+        )
         for impl in impls:
             reason = impl.unavailable()
             if reason:
-                skipped.append({"target": target.name, "implementation": impl.name,
-                                "reason": reason})
+                skipped.append(
+                    {"target": target.name, "implementation": impl.name, "reason": reason}
+                )
             else:
                 plan.append((target, impl))
     if not plan:
@@ -300,8 +419,15 @@ def _run_plan(names: Sequence[str], args: argparse.Namespace) -> tuple[list[Any]
     return plan, skipped, mutants
 
 
-def _run_plan_in_process(args: argparse.Namespace, plan: list[Any], skipped: list[Any],
-                         mutants: list[Any], root: Path, known: Any, meter: Any) -> int:
+def _run_plan_in_process(
+    args: argparse.Namespace,
+    plan: list[Any],
+    skipped: list[Any],
+    mutants: list[Any],
+    root: Path,
+    known: Any,
+    meter: Any,
+) -> int:
     import contextlib
 
     from fuzzkit import corpus
@@ -312,9 +438,15 @@ def _run_plan_in_process(args: argparse.Namespace, plan: list[Any], skipped: lis
     share = args.budget / len(plan)
     rows, findings = [], []
     run_id = new_run_id(args.seed)
-    recorder = RunRecorder(args.report_dir / run_id, seed=args.seed, budget=args.budget,
-                           plan=[[t.name, i.name] for t, i in plan], corpus=root,
-                           profile=args.profile, case_timeout=args.case_timeout)
+    recorder = RunRecorder(
+        args.report_dir / run_id,
+        seed=args.seed,
+        budget=args.budget,
+        plan=[[t.name, i.name] for t, i in plan],
+        corpus=root,
+        profile=args.profile,
+        case_timeout=args.case_timeout,
+    )
     coverage: dict[str, Any] = {}
     for target, impl in plan:
         _status(f"fuzzing {target.name}/{impl.name} for {share:.1f} s ...")
@@ -322,8 +454,10 @@ def _run_plan_in_process(args: argparse.Namespace, plan: list[Any], skipped: lis
         if meter is not None:
             from fuzzkit.registry import source_packages
 
-            meter.pair(f"{target.name}/{impl.name}",
-                       target.coverage_sources(impl) or source_packages([target.name]))
+            meter.pair(
+                f"{target.name}/{impl.name}",
+                target.coverage_sources(impl) or source_packages([target.name]),
+            )
 
         def counted(n: int, on_case: Any = on_case) -> None:
             on_case(n)
@@ -332,8 +466,9 @@ def _run_plan_in_process(args: argparse.Namespace, plan: list[Any], skipped: lis
 
         saved: list[tuple[Any, Path]] = []
 
-        def on_finding(case: Any, sequence: Any, target: Any = target,
-                       saved: list[tuple[Any, Path]] = saved) -> None:
+        def on_finding(
+            case: Any, sequence: Any, target: Any = target, saved: list[tuple[Any, Path]] = saved
+        ) -> None:
             path = corpus.save(case, root)
             if sequence is not None:
                 sequence.save(corpus.directory(root, target.name, "sequences"))
@@ -345,13 +480,22 @@ def _run_plan_in_process(args: argparse.Namespace, plan: list[Any], skipped: lis
         with contextlib.ExitStack() as stack:
             for mutant in mutants:
                 stack.enter_context(mutant.applied())
-            result = fuzz(target, impl, budget=share, seed=args.seed, profile=args.profile,
-                          case_timeout=args.case_timeout, on_case=counted, known=known,
-                          confirm=confirm, on_finding=on_finding,
-                          max_findings=args.max_findings,
-                          steer=meter.novelty if meter is not None and args.steer else None)
+            result = fuzz(
+                target,
+                impl,
+                budget=share,
+                seed=args.seed,
+                profile=args.profile,
+                case_timeout=args.case_timeout,
+                on_case=counted,
+                known=known,
+                confirm=confirm,
+                on_finding=on_finding,
+                max_findings=args.max_findings,
+                steer=meter.novelty if meter is not None and args.steer else None,
+            )
         on_case(result.cases, final=True)
-        for case, path in saved:
+        for case, _path in saved:
             findings.append((case.case_id, case.dumps() + "\n"))
         row = result_row(result, [path for _, path in saved])
         if mutants:
@@ -359,22 +503,33 @@ def _run_plan_in_process(args: argparse.Namespace, plan: list[Any], skipped: lis
         if meter is not None:
             meter.tick(force=True)
             row["coverage"] = coverage[f"{target.name}/{impl.name}"] = meter.report(
-                f"{target.name}/{impl.name}")
+                f"{target.name}/{impl.name}"
+            )
         rows.append(row)
     recorder.finish()
-    summary = write_report(args.report_dir, run_id, args.seed, args.budget, rows, skipped,
-                           findings, known=known)
+    summary = write_report(
+        args.report_dir, run_id, args.seed, args.budget, rows, skipped, findings, known=known
+    )
     from fuzzkit.case import atomic_write_text
 
     if coverage:
-        atomic_write_text(args.report_dir / run_id / "coverage.json",
-                          json.dumps(coverage, indent=1, sort_keys=True) + "\n")
-    reach = {f"{r['target']}/{r['implementation']}": {"operations": r.get("operations"),
-                                                      "thresholds": r.get("reach")}
-             for r in rows if r.get("operations") or r.get("reach")}
+        atomic_write_text(
+            args.report_dir / run_id / "coverage.json",
+            json.dumps(coverage, indent=1, sort_keys=True) + "\n",
+        )
+    reach = {
+        f"{r['target']}/{r['implementation']}": {
+            "operations": r.get("operations"),
+            "thresholds": r.get("reach"),
+        }
+        for r in rows
+        if r.get("operations") or r.get("reach")
+    }
     if reach:
-        atomic_write_text(args.report_dir / run_id / "reach.json",
-                          json.dumps(reach, indent=1, sort_keys=True) + "\n")
+        atomic_write_text(
+            args.report_dir / run_id / "reach.json",
+            json.dumps(reach, indent=1, sort_keys=True) + "\n",
+        )
     write_html_if_available(args.report_dir / run_id)
     _print(_summary_table(rows, skipped))
     if coverage:
@@ -383,8 +538,9 @@ def _run_plan_in_process(args: argparse.Namespace, plan: list[Any], skipped: lis
     return EXIT_FINDINGS if findings else EXIT_CLEAN
 
 
-def _confirmer(target: Any, impl: Any, args: argparse.Namespace, mutants: list[Any],
-               share: float) -> Any:
+def _confirmer(
+    target: Any, impl: Any, args: argparse.Namespace, mutants: list[Any], share: float
+) -> Any:
     """Fresh-process confirmation for one pair; minimizing a state-dependent finding's sequence
     may take a quarter of the pair's share (10 s at least, 120 s at most)."""
     from fuzzkit.fresh import FreshConfirmer, FreshContext
@@ -392,10 +548,17 @@ def _confirmer(target: Any, impl: Any, args: argparse.Namespace, mutants: list[A
 
     spec = target_source_spec(target.name)
     preload = (spec.partition(":")[0],) if spec else ()
-    return FreshConfirmer(FreshContext(
-        target=target.name, implementation=args.impl or impl.name,
-        mutants=tuple(m.name for m in mutants), preload=preload, target_spec=spec,
-        case_timeout=args.case_timeout, time_limit=max(10.0, min(120.0, share / 4))))
+    return FreshConfirmer(
+        FreshContext(
+            target=target.name,
+            implementation=args.impl or impl.name,
+            mutants=tuple(m.name for m in mutants),
+            preload=preload,
+            target_spec=spec,
+            case_timeout=args.case_timeout,
+            time_limit=max(10.0, min(120.0, share / 4)),
+        )
+    )
 
 
 def _summary_table(rows: list[dict[str, Any]], skipped: list[dict[str, Any]]) -> Any:
@@ -407,24 +570,34 @@ def _summary_table(rows: list[dict[str, Any]], skipped: list[dict[str, Any]]) ->
         if not found:
             verdict = "[green]clean[/]"
         else:
-            verdict = "\n".join(f"[red]{escape(f['signature'])}[/]\n{escape(str(f['case']))}"
-                                for f in found)
+            verdict = "\n".join(
+                f"[red]{escape(f['signature'])}[/]\n{escape(str(f['case']))}" for f in found
+            )
         if row.get("known_hits"):
             verdict += f"\n[dim]known: {sum(row['known_hits'].values())} case(s) skipped[/]"
-        table.add_row(row["target"], row["implementation"], str(row["cases"]),
-                      f"{row['cases_per_second']:.1f}", verdict)
+        table.add_row(
+            row["target"],
+            row["implementation"],
+            str(row["cases"]),
+            f"{row['cases_per_second']:.1f}",
+            verdict,
+        )
     for s in skipped:
         table.add_row(s["target"], s["implementation"], "-", "-", f"skipped: {s['reason']}")
     return table
 
 
 def _coverage_table(coverage: dict[str, Any]) -> Any:
-    table = _table("target/impl", "branches", "branch %", "line %", "missed branches",
-                   "excluded")
+    table = _table("target/impl", "branches", "branch %", "line %", "missed branches", "excluded")
     for label, c in coverage.items():
-        table.add_row(label, f"{c['covered_branches']}/{c['branches']}",
-                      f"{c['branch_percent']:.1f}", f"{c['line_percent']:.1f}",
-                      str(len(c["missing_branches"])), str(len(c["excluded"])))
+        table.add_row(
+            label,
+            f"{c['covered_branches']}/{c['branches']}",
+            f"{c['branch_percent']:.1f}",
+            f"{c['line_percent']:.1f}",
+            str(len(c["missing_branches"])),
+            str(len(c["excluded"])),
+        )
     return table
 
 
@@ -441,19 +614,36 @@ def _run_campaign(args: argparse.Namespace) -> int:
     if args.resume is not None and (args.targets or args.all):
         raise UsageError("--resume continues a run's own plan; give no targets")
     progress = args.progress or ("live" if sys.stdout.isatty() else "quiet")
-    result = run_campaign(CampaignOptions(
-        targets=args.targets, all=args.all, impl=args.impl, budget=args.budget, seed=args.seed,
-        profile=args.profile, report_dir=args.report_dir, corpus=args.corpus,
-        case_timeout=args.case_timeout, workers=args.workers, backend=args.backend,
-        address=args.address, num_gpus=args.num_gpus, isolate=args.isolate,
-        memory_mb=args.memory_mb, engine=args.engine, progress=progress, resume=args.resume,
-        known=_load_known(args.known), confirm=not args.no_confirm))
+    result = run_campaign(
+        CampaignOptions(
+            targets=args.targets,
+            all=args.all,
+            impl=args.impl,
+            budget=args.budget,
+            seed=args.seed,
+            profile=args.profile,
+            report_dir=args.report_dir,
+            corpus=args.corpus,
+            case_timeout=args.case_timeout,
+            workers=args.workers,
+            backend=args.backend,
+            address=args.address,
+            num_gpus=args.num_gpus,
+            isolate=args.isolate,
+            memory_mb=args.memory_mb,
+            engine=args.engine,
+            progress=progress,
+            resume=args.resume,
+            known=_load_known(args.known),
+            confirm=not args.no_confirm,
+        )
+    )
     if progress != "jsonl":
         print(f"report: {result.summary}")
     return EXIT_FINDINGS if result.findings else EXIT_CLEAN
 
 
-def _case_implementation(target: Any, case: Any, path: Path, chosen: Optional[str]) -> Any:
+def _case_implementation(target: Any, case: Any, path: Path, chosen: str | None) -> Any:
     """The implementation to run a case file with: the user's ``--impl`` if given, else the one
     the file names -- registered implementations only (a file never chooses code to import)."""
     from fuzzkit.registry import implementation_named_by_file, resolve_implementation
@@ -463,7 +653,7 @@ def _case_implementation(target: Any, case: Any, path: Path, chosen: Optional[st
     return implementation_named_by_file(target, case.implementation, str(path))
 
 
-def _isolation_of(record: Any, args: argparse.Namespace) -> tuple[bool, Optional[int]]:
+def _isolation_of(record: Any, args: argparse.Namespace) -> tuple[bool, int | None]:
     """Whether to run a file's cases isolated, and with what memory headroom."""
     from fuzzkit.admission import memory_headroom, wants_isolation
 
@@ -505,26 +695,38 @@ def cmd_replay(args: argparse.Namespace) -> int:
     failed = 0
     for path, record, target in admitted:
         mutants = [target.mutant(m) for m in args.mutant]
-        impl = (target.implementation(mutants[0].implementation) if mutants and not args.impl
-                else _case_implementation(target, record, path, args.impl))
+        impl = (
+            target.implementation(mutants[0].implementation)
+            if mutants and not args.impl
+            else _case_implementation(target, record, path, args.impl)
+        )
         reason = impl.unavailable()
         if reason:
             raise UsageError(f"{path}: implementation {impl.name!r} cannot run here: {reason}")
         isolate, memory_mb = _isolation_of(record, args)
         steps = steps_of(record)
         sequence = isinstance(record, CaseSequence)
-        with case_checker(target, impl, isolate=isolate, case_timeout=args.case_timeout,
-                          memory_mb=memory_mb, mutants=mutants) as check:
+        with case_checker(
+            target,
+            impl,
+            isolate=isolate,
+            case_timeout=args.case_timeout,
+            memory_mb=memory_mb,
+            mutants=mutants,
+        ) as check:
             # A sequence's earlier steps only set up state: each runs once, as when fuzzing.
-            failure = [check(target, impl, step, confirm=not sequence).failure
-                       for step in steps][-1]
+            failure = [check(target, impl, step, confirm=not sequence).failure for step in steps][
+                -1
+            ]
         what = f"  (sequence of {len(steps)} cases; verdict of the last)" if sequence else ""
         what += "  (isolated)" if isolate else ""
         if failure is None:
             recorded = record.failure
             if recorded is not None and recorded.kind == "state-dependent":
-                note = (" (recorded as state-dependent: it fails only after earlier cases; "
-                        f"replay its sequence {shown(recorded.details.get('sequence'))})")
+                note = (
+                    " (recorded as state-dependent: it fails only after earlier cases; "
+                    f"replay its sequence {shown(recorded.details.get('sequence'))})"
+                )
             elif recorded is not None:
                 note = " (the recorded failure is fixed)"
             else:
@@ -548,17 +750,21 @@ def cmd_shrink(args: argparse.Namespace) -> int:
     if reason:
         raise UsageError(f"{path}: implementation {impl.name!r} cannot run here: {reason}")
     isolate, memory_mb = _isolation_of(case, args)
-    with case_checker(target, impl, isolate=isolate, case_timeout=args.case_timeout,
-                      memory_mb=memory_mb) as check:
+    with case_checker(
+        target, impl, isolate=isolate, case_timeout=args.case_timeout, memory_mb=memory_mb
+    ) as check:
         try:
-            result = shrink_case(target, impl, case, timeout=args.case_timeout,
-                                 checker=check if isolate else None)
+            result = shrink_case(
+                target, impl, case, timeout=args.case_timeout, checker=check if isolate else None
+            )
         except ValueError as exc:
             raise UsageError(f"{path}: {exc}") from None
     out = _save_case(result.case, args.output or path.parent)
     sizes = ", ".join(f"{k}: {result.before[k]} -> {result.after[k]}" for k in result.before)
-    print(f"shrunk in {result.tests} tests ({sizes or 'nothing reducible'}); "
-          f"{result.case.failure.signature if result.case.failure else ''}")
+    print(
+        f"shrunk in {result.tests} tests ({sizes or 'nothing reducible'}); "
+        f"{result.case.failure.signature if result.case.failure else ''}"
+    )
     print(f"wrote {out}")
     return EXIT_FINDINGS
 
@@ -567,8 +773,10 @@ def _save_case(case: Any, directory: Path) -> Path:
     try:
         return case.save(directory)
     except OSError as exc:
-        raise UsageError(f"cannot write the case to {directory}: {exc.strerror or exc}; pass a "
-                         "writable directory (--output/--out)") from None
+        raise UsageError(
+            f"cannot write the case to {directory}: {exc.strerror or exc}; pass a "
+            "writable directory (--output/--out)"
+        ) from None
 
 
 def cmd_bisect(args: argparse.Namespace) -> int:
@@ -581,23 +789,38 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     case = load(args.path)
     get_target(case.target)  # an unknown target is named before anything else
     if not is_graph_case(case.inputs):
-        raise UsageError(f"{args.path}: not a graph case (target {case.target!r}; bisect needs "
-                         "inputs with graph, values and dtype); use `fuzzkit shrink`")
+        raise UsageError(
+            f"{args.path}: not a graph case (target {case.target!r}; bisect needs "
+            "inputs with graph, values and dtype); use `fuzzkit shrink`"
+        )
     target = _admit(args.path, case, args)
     impl = _case_implementation(target, case, args.path, args.impl)
     mutant = target.mutant(args.mutant) if args.mutant else None
     if mutant is not None and mutant.implementation != impl.name:
-        raise UsageError(f"mutant {mutant.name!r} patches implementation "
-                         f"{mutant.implementation!r}, not {impl.name!r}")
+        raise UsageError(
+            f"mutant {mutant.name!r} patches implementation "
+            f"{mutant.implementation!r}, not {impl.name!r}"
+        )
     reason = impl.unavailable()
     if reason:
         raise UsageError(f"implementation {impl.name!r} cannot run here: {reason}")
     isolate, memory_mb = _isolation_of(case, args)
-    with case_checker(target, impl, isolate=isolate, case_timeout=args.case_timeout,
-                      memory_mb=memory_mb, mutants=[mutant] if mutant else []) as check:
+    with case_checker(
+        target,
+        impl,
+        isolate=isolate,
+        case_timeout=args.case_timeout,
+        memory_mb=memory_mb,
+        mutants=[mutant] if mutant else [],
+    ) as check:
         try:
-            result = bisect(target, impl, case.inputs, timeout=args.case_timeout,
-                            checker=check if isolate else None)
+            result = bisect(
+                target,
+                impl,
+                case.inputs,
+                timeout=args.case_timeout,
+                checker=check if isolate else None,
+            )
         except NotFailing as exc:
             if args.json:
                 print(json.dumps({"case": str(args.path), "failed": False, "error": str(exc)}))
@@ -605,27 +828,57 @@ def cmd_bisect(args: argparse.Namespace) -> int:
                 print(f"{args.path}: {exc}")
             return EXIT_FINDINGS
     out_dir = args.out or args.path.parent / "bisected"
-    minimized = Case(target=case.target, implementation=impl.name,
-                     inputs=result.minimized_inputs, seed=case.seed, failure=result.failure,
-                     origin="bisect")
+    minimized = Case(
+        target=case.target,
+        implementation=impl.name,
+        inputs=result.minimized_inputs,
+        seed=case.seed,
+        failure=result.failure,
+        origin="bisect",
+    )
     case_path = _save_case(minimized, out_dir)
-    repro = write_repro(minimized, case_path, first_node=result.first_node, op=result.op,
-                        window=result.window, signature=result.signature)
+    repro = write_repro(
+        minimized,
+        case_path,
+        first_node=result.first_node,
+        op=result.op,
+        window=result.window,
+        signature=result.signature,
+    )
     if args.json:
-        print(json.dumps({**result.to_json(), "case": str(args.path), "failed": True,
-                          "minimized_case": str(case_path), "repro": str(repro),
-                          "mutant": args.mutant}, indent=2))
+        print(
+            json.dumps(
+                {
+                    **result.to_json(),
+                    "case": str(args.path),
+                    "failed": True,
+                    "minimized_case": str(case_path),
+                    "repro": str(repro),
+                    "mutant": args.mutant,
+                },
+                indent=2,
+            )
+        )
         return EXIT_CLEAN
-    status = ("NONDETERMINISTIC" if result.nondeterministic
-              else "confirmed" if result.confirmed else "not confirmed")
-    print(f"first diverging node: {result.first_node} ({result.op}), node "
-          f"{result.first_index + 1} of {result.original_nodes}")
+    status = (
+        "NONDETERMINISTIC"
+        if result.nondeterministic
+        else "confirmed"
+        if result.confirmed
+        else "not confirmed"
+    )
+    print(
+        f"first diverging node: {result.first_node} ({result.op}), node "
+        f"{result.first_index + 1} of {result.original_nodes}"
+    )
     print(f"window: {len(result.window)} node(s): {', '.join(result.window)}")
     print(f"signature: {result.signature}")
     if result.other_divergence:
         o = result.other_divergence
-        print(f"note: an earlier divergence of another class at {o['node']} ({o['op']}): "
-              f"{o['signature']}; bisect stayed on {result.signature}")
+        print(
+            f"note: an earlier divergence of another class at {o['node']} ({o['op']}): "
+            f"{o['signature']}; bisect stayed on {result.signature}"
+        )
     print(f"compile calls: {result.compile_calls} in {result.seconds:.1f} s; {status}")
     print(f"minimized case: {case_path}")
     print(f"repro: {repro}" + (f" (run with --mutant {args.mutant})" if args.mutant else ""))
@@ -641,8 +894,9 @@ def cmd_mutants(args: argparse.Namespace) -> int:
     known_names = {m.name for t in targets for m in t.mutants}
     unknown = sorted(set(args.only) - known_names)
     if unknown:
-        raise UsageError(f"--only: no such mutant {', '.join(unknown)} (`fuzzkit list --json` "
-                         "names them)")
+        raise UsageError(
+            f"--only: no such mutant {', '.join(unknown)} (`fuzzkit list --json` names them)"
+        )
     results = []
     for target in targets:
         for mutant in target.mutants:
@@ -650,28 +904,54 @@ def cmd_mutants(args: argparse.Namespace) -> int:
                 continue
             if not args.json:
                 _status(f"mutant {target.name}/{mutant.name} ...")
-            result = run_mutant(target, mutant, budget=args.budget, seed=args.seed,
-                                shrink=args.shrink or args.save_regressions is not None,
-                                confirm=not args.no_confirm)
+            result = run_mutant(
+                target,
+                mutant,
+                budget=args.budget,
+                seed=args.seed,
+                shrink=args.shrink or args.save_regressions is not None,
+                confirm=not args.no_confirm,
+            )
             if result.finding is not None and args.save_regressions is not None:
                 corpus.save(result.finding, args.save_regressions, "regressions")
                 if result.sequence is not None:
-                    result.sequence.save(corpus.directory(args.save_regressions, target.name,
-                                                          "sequences"))
+                    result.sequence.save(
+                        corpus.directory(args.save_regressions, target.name, "sequences")
+                    )
             results.append(result)
     if args.json:
         print(json.dumps([r.to_json() for r in results], indent=2))
     else:
-        table = _table("target", "mutant", "bug class", "detected", "seconds", "signature",
-                       *(["minimized"] if args.shrink else []))
+        table = _table(
+            "target",
+            "mutant",
+            "bug class",
+            "detected",
+            "seconds",
+            "signature",
+            *(["minimized"] if args.shrink else []),
+        )
         for r in results:
-            detected = ("[yellow]skipped[/]" if r.skipped else
-                        "[green]yes[/]" if r.detected else "[red]NO[/]")
-            table.add_row(r.target, r.mutant, f"{r.bug_class}\n[dim]{r.citation}[/]", detected,
-                          f"{r.seconds:.2f}" if r.seconds is not None else "-",
-                          r.signature or (r.skipped or "-"),
-                          *([", ".join(f"{k} {v}" for k, v in (r.minimized or {}).items())]
-                            if args.shrink else []))
+            detected = (
+                "[yellow]skipped[/]"
+                if r.skipped
+                else "[green]yes[/]"
+                if r.detected
+                else "[red]NO[/]"
+            )
+            table.add_row(
+                r.target,
+                r.mutant,
+                f"{r.bug_class}\n[dim]{r.citation}[/]",
+                detected,
+                f"{r.seconds:.2f}" if r.seconds is not None else "-",
+                r.signature or (r.skipped or "-"),
+                *(
+                    [", ".join(f"{k} {v}" for k, v in (r.minimized or {}).items())]
+                    if args.shrink
+                    else []
+                ),
+            )
         _print(table)
         caught = sum(r.detected for r in results)
         print(f"{caught}/{len(results)} mutants detected")
@@ -679,8 +959,15 @@ def cmd_mutants(args: argparse.Namespace) -> int:
     return EXIT_FINDINGS if missed else EXIT_CLEAN
 
 
-COMMANDS = {"list": cmd_list, "run": cmd_run, "report": cmd_report, "replay": cmd_replay,
-            "shrink": cmd_shrink, "bisect": cmd_bisect, "mutants": cmd_mutants}
+COMMANDS = {
+    "list": cmd_list,
+    "run": cmd_run,
+    "report": cmd_report,
+    "replay": cmd_replay,
+    "shrink": cmd_shrink,
+    "bisect": cmd_bisect,
+    "mutants": cmd_mutants,
+}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -12,8 +12,16 @@ import dataclasses
 import math
 from typing import Any, Mapping
 
-KINDS = ("mismatch", "invariant", "guard", "crash", "timeout", "nondeterministic", "oom",
-         "state-dependent")
+KINDS = (
+    "mismatch",
+    "invariant",
+    "guard",
+    "crash",
+    "timeout",
+    "nondeterministic",
+    "oom",
+    "state-dependent",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,8 +46,11 @@ class Failure:
 
     def to_json(self) -> dict[str, Any]:
         # Case files refuse longer messages (fuzzkit.case.MAX_MESSAGE_CHARS): a finding must load.
-        message = self.message if len(self.message) <= 60_000 else (
-            self.message[:60_000] + "\n... (message cut at 60,000 characters)")
+        message = (
+            self.message
+            if len(self.message) <= 60_000
+            else (self.message[:60_000] + "\n... (message cut at 60,000 characters)")
+        )
         return {
             "kind": self.kind,
             "message": message,
@@ -48,7 +59,7 @@ class Failure:
         }
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "Failure":
+    def from_json(cls, data: Mapping[str, Any]) -> Failure:
         return cls(
             kind=str(data["kind"]),
             message=str(data["message"]),
@@ -56,7 +67,7 @@ class Failure:
             details=dict(data.get("details") or {}),
         )
 
-    def with_kind(self, kind: str, prefix: str = "") -> "Failure":
+    def with_kind(self, kind: str, prefix: str = "") -> Failure:
         """The same divergence re-labelled (used to mark a failure as non-deterministic)."""
         return Failure(kind, prefix + self.message, f"{kind}:{self.signature}", self.details)
 
@@ -70,7 +81,7 @@ def jsonable(value: Any) -> Any:
     try:
         import numpy as np
     except ImportError:  # pragma: no cover - numpy is a hard dependency
-        np = None
+        np = None  # type: ignore[assignment]
     if isinstance(value, Mapping):
         return {str(k): jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):

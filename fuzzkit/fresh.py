@@ -31,7 +31,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Sequence
 
 from fuzzkit.case import Case, decode_value, encode_value
 from fuzzkit.failure import Failure
@@ -49,8 +49,8 @@ class FreshContext:
     implementation: str
     mutants: tuple[str, ...] = ()
     preload: tuple[str, ...] = ()
-    target_spec: Optional[str] = None
-    case_timeout: Optional[float] = None
+    target_spec: str | None = None
+    case_timeout: float | None = None
     #: one test (a fork running some cases) may take this long before it is killed
     test_timeout: float = 120.0
     #: at most this many tests and seconds for minimizing a sequence
@@ -70,24 +70,37 @@ class Zygote:
             raise FreshProcessError("fresh-process confirmation needs os.fork (Linux, macOS)")
         env = dict(os.environ)
         paths = [p for p in sys.path if p] + [str(Path(__file__).resolve().parents[1])]
-        env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(
-            paths + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]))
+        env["PYTHONPATH"] = os.pathsep.join(
+            dict.fromkeys(paths + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+        )
         env.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")  # no CUDA context before a fork
-        self.proc = subprocess.Popen([sys.executable, "-m", "fuzzkit.fresh"], env=env,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.DEVNULL, text=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "fuzzkit.fresh"],
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
         self.ctx = ctx
         self.tests = 0
-        setup = {"target": ctx.target, "implementation": ctx.implementation,
-                 "mutants": list(ctx.mutants), "preload": list(ctx.preload),
-                 "target_spec": ctx.target_spec, "case_timeout": ctx.case_timeout,
-                 "test_timeout": ctx.test_timeout,
-                 "steps": [encode_value(s) for s in steps]}
+        setup = {
+            "target": ctx.target,
+            "implementation": ctx.implementation,
+            "mutants": list(ctx.mutants),
+            "preload": list(ctx.preload),
+            "target_spec": ctx.target_spec,
+            "case_timeout": ctx.case_timeout,
+            "test_timeout": ctx.test_timeout,
+            "steps": [encode_value(s) for s in steps],
+        }
         answer = self._ask(setup, STARTUP_TIMEOUT_S)
         if not answer.get("ready"):
             self.close()
-            raise FreshProcessError(f"fresh process for {ctx.target}/{ctx.implementation} did not "
-                                    f"start: {answer.get('error', 'no answer')}")
+            raise FreshProcessError(
+                f"fresh process for {ctx.target}/{ctx.implementation} did not "
+                f"start: {answer.get('error', 'no answer')}"
+            )
 
     def _ask(self, message: dict[str, Any], timeout: float) -> dict[str, Any]:
         assert self.proc.stdin is not None and self.proc.stdout is not None
@@ -104,7 +117,7 @@ class Zygote:
             return {"error": f"exit code {self.proc.wait()}"}
         return json.loads(line)
 
-    def run(self, indices: Sequence[int]) -> Optional[Failure]:
+    def run(self, indices: Sequence[int]) -> Failure | None:
         """Run steps ``indices`` in order in a fresh fork; the last step's failure or None."""
         self.tests += 1
         answer = self._ask({"run": [int(i) for i in indices]}, self.ctx.test_timeout + 30)
@@ -124,18 +137,19 @@ class Zygote:
             self.proc.kill()
             self.proc.wait()
 
-    def __enter__(self) -> "Zygote":
+    def __enter__(self) -> Zygote:
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
 
-def _same(failure: Optional[Failure], signature: str) -> bool:
+def _same(failure: Failure | None, signature: str) -> bool:
     if failure is None:
         return False
     return failure.signature.removeprefix("nondeterministic:") == signature.removeprefix(
-        "nondeterministic:")
+        "nondeterministic:"
+    )
 
 
 class FreshConfirmer:
@@ -149,14 +163,20 @@ class FreshConfirmer:
     def __init__(self, ctx: FreshContext) -> None:
         self.ctx = ctx
 
-    def __call__(self, case: Case, history: Sequence[dict[str, Any]],
-                 first: Optional[tuple[dict[str, Any], Sequence[dict[str, Any]]]] = None
-                 ) -> tuple[Case, Optional[CaseSequence]]:
+    def __call__(
+        self,
+        case: Case,
+        history: Sequence[dict[str, Any]],
+        first: tuple[dict[str, Any], Sequence[dict[str, Any]]] | None = None,
+    ) -> tuple[Case, CaseSequence | None]:
         return self.confirm(case, history, first)
 
-    def confirm(self, case: Case, history: Sequence[dict[str, Any]],
-                first: Optional[tuple[dict[str, Any], Sequence[dict[str, Any]]]] = None
-                ) -> tuple[Case, Optional[CaseSequence]]:
+    def confirm(
+        self,
+        case: Case,
+        history: Sequence[dict[str, Any]],
+        first: tuple[dict[str, Any], Sequence[dict[str, Any]]] | None = None,
+    ) -> tuple[Case, CaseSequence | None]:
         """``history``: the cases that ran before ``case`` in the fuzzing run; ``first``: the
         ``(inputs, history)`` of the signature's first occurrence, before shrinking.
 
@@ -166,8 +186,11 @@ class FreshConfirmer:
         case whose failure came from the shrinker's own attempts) -- the first sequence that
         fails the same way is cut by ddmin, and its last case becomes the finding's case."""
         failure = case.failure
-        if failure is None or failure.kind in ("timeout", "oom") or (
-                failure.kind == "crash" and failure.signature.startswith("crash:signal:")):
+        if (
+            failure is None
+            or failure.kind in ("timeout", "oom")
+            or (failure.kind == "crash" and failure.signature.startswith("crash:signal:"))
+        ):
             return case, None  # re-running a hang or a crash of the process proves nothing more
         first_inputs, first_history = first if first is not None else (case.inputs, history)
         steps = [*history, case.inputs, *first_history, first_inputs]
@@ -180,8 +203,11 @@ class FreshConfirmer:
             with Zygote(self.ctx, steps) as zygote:
                 alone = zygote.run([at_case])
                 if alone is not None:
-                    note = ("reproduced" if _same(alone, signature)
-                            else f"failed differently: {alone.signature}")
+                    note = (
+                        "reproduced"
+                        if _same(alone, signature)
+                        else f"failed differently: {alone.signature}"
+                    )
                     return _with_details(case, fresh_process=note), None
                 for before, last in candidates:
                     if before and _same(zygote.run([*before, last]), signature):
@@ -193,15 +219,20 @@ class FreshConfirmer:
             return _with_details(case, fresh_process=f"not confirmed: {exc}"[:300]), None
         if last != at_case:
             case = dataclasses.replace(case, inputs=steps[last])
-        sequence = CaseSequence(case.target, case.implementation,
-                                [steps[i] for i in kept] + [steps[last]], origin=case.origin)
+        sequence = CaseSequence(
+            case.target,
+            case.implementation,
+            [steps[i] for i in kept] + [steps[last]],
+            origin=case.origin,
+        )
         labelled = _state_dependent(case, sequence, len(history))
         sequence.failure = labelled.failure
         return labelled, sequence
 
 
-def _minimize(zygote: Zygote, before: list[int], last: int, signature: str,
-              ctx: FreshContext) -> list[int]:
+def _minimize(
+    zygote: Zygote, before: list[int], last: int, signature: str, ctx: FreshContext
+) -> list[int]:
     """ddmin over the preceding cases (the failing one stays last), within the test budget."""
     from fuzzkit.shrink.ddmin import ddmin
 
@@ -223,25 +254,38 @@ def _minimize(zygote: Zygote, before: list[int], last: int, signature: str,
 def _with_details(case: Case, **extra: Any) -> Case:
     assert case.failure is not None
     f = case.failure
-    return dataclasses.replace(case, failure=Failure(f.kind, f.message, f.signature,
-                                                     {**f.details, **extra}))
+    return dataclasses.replace(
+        case, failure=Failure(f.kind, f.message, f.signature, {**f.details, **extra})
+    )
 
 
-def _state_dependent(case: Case, sequence: Optional[CaseSequence], history: int) -> Case:
+def _state_dependent(case: Case, sequence: CaseSequence | None, history: int) -> Case:
     assert case.failure is not None
     f = case.failure
     if sequence is None:
-        note = (f"passes alone in a fresh process and no sequence of the {history} cases before "
-                "it replays it: state from earlier in the run")
+        note = (
+            f"passes alone in a fresh process and no sequence of the {history} cases before "
+            "it replays it: state from earlier in the run"
+        )
         details = {**f.details, "fresh_process": "passed", "sequence": None}
     else:
-        note = (f"passes alone in a fresh process; fails after {len(sequence.steps) - 1} earlier "
-                f"case(s): replay the sequence {sequence.case_id}")
-        details = {**f.details, "fresh_process": "passed", "sequence": sequence.case_id,
-                   "sequence_steps": len(sequence.steps)}
+        note = (
+            f"passes alone in a fresh process; fails after {len(sequence.steps) - 1} earlier "
+            f"case(s): replay the sequence {sequence.case_id}"
+        )
+        details = {
+            **f.details,
+            "fresh_process": "passed",
+            "sequence": sequence.case_id,
+            "sequence_steps": len(sequence.steps),
+        }
     inner = f.signature.removeprefix("nondeterministic:")
-    return dataclasses.replace(case, failure=Failure(
-        "state-dependent", f"{note}; {f.message}", f"state-dependent:{inner}", details))
+    return dataclasses.replace(
+        case,
+        failure=Failure(
+            "state-dependent", f"{note}; {f.message}", f"state-dependent:{inner}", details
+        ),
+    )
 
 
 # -------------------------------------------------------------------------------- the zygote
@@ -293,8 +337,13 @@ def _zygote_main() -> int:
     return 0
 
 
-def _fork_run(target: Any, impl: Any, steps: list[dict[str, Any]],
-              case_timeout: Optional[float], test_timeout: float) -> dict[str, Any]:
+def _fork_run(
+    target: Any,
+    impl: Any,
+    steps: list[dict[str, Any]],
+    case_timeout: float | None,
+    test_timeout: float,
+) -> dict[str, Any]:
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: run, write one JSON line, leave without cleanup
@@ -305,13 +354,13 @@ def _fork_run(target: Any, impl: Any, steps: list[dict[str, Any]],
 
             failures = replay(target, impl, steps, timeout=case_timeout)
             last = failures[-1] if failures else None
-            payload = {"failure": last.to_json() if last is not None else None}
+            payload: dict[str, Any] = {"failure": last.to_json() if last is not None else None}
         except BaseException as exc:  # noqa: BLE001
             payload = {"error": f"{type(exc).__name__}: {exc}"[:500]}
             code = 1
         data = (json.dumps(payload) + "\n").encode()
         while data:
-            data = data[os.write(write_end, data):]
+            data = data[os.write(write_end, data) :]
         os._exit(code)
     os.close(write_end)
     chunks: list[bytes] = []

@@ -11,7 +11,8 @@ once and runs :func:`fuzzkit.runner.check_case` for every case it is sent.
   (``<pid>`` is the *parent's* process id; a regular case file with ``origin: "inflight"``), so a
   hard kill of the whole worker still leaves the case that was running on disk.  The file is
   removed once the case has a verdict.
-* The child dies by a signal -> ``Failure("crash", "... killed by SIGSEGV", "crash:signal:SIGSEGV")``.
+* The child dies by a signal ->
+  ``Failure("crash", "... killed by SIGSEGV", "crash:signal:SIGSEGV")``.
 * The case runs past ``case_timeout`` (the child's own SIGALRM limit catches Python code; native
   code that ignores it is killed by the parent after ``2 * case_timeout + 2 s``, because
   ``check_case`` may run a failing case twice) -> ``Failure("timeout", ..., "timeout:<t>:<i>")``.
@@ -43,7 +44,7 @@ import re
 import signal
 import sys
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Sequence
 
 from fuzzkit.case import Case, atomic_write_text
 from fuzzkit.failure import Failure
@@ -67,13 +68,18 @@ class IsolatedChecker:
     """A ``checker(target, impl, inputs, *, properties, timeout) -> Verdict`` that runs each case
     in a persistent child process.  Use as a context manager, or call :meth:`close`."""
 
-    def __init__(self, target_name: str, impl_name: str, *,
-                 case_timeout: Optional[float] = 10.0,
-                 memory_mb: Optional[int] = None,
-                 inflight_dir: os.PathLike[str] | str = Path(".fuzzkit") / "inflight",
-                 mutant: Optional[str] = None,
-                 preload: Sequence[str] = (),
-                 durable: bool = False) -> None:
+    def __init__(
+        self,
+        target_name: str,
+        impl_name: str,
+        *,
+        case_timeout: float | None = 10.0,
+        memory_mb: int | None = None,
+        inflight_dir: os.PathLike[str] | str = Path(".fuzzkit") / "inflight",
+        mutant: str | None = None,
+        preload: Sequence[str] = (),
+        durable: bool = False,
+    ) -> None:
         self.target_name = target_name
         self.durable = durable
         self.impl_name = impl_name
@@ -99,8 +105,15 @@ class IsolatedChecker:
         parent_conn, child_conn = self._ctx.Pipe(duplex=True)
         proc = self._ctx.Process(
             target=_child_main,
-            args=(child_conn, self.target_name, self.impl_name, self.mutant, self.memory_mb,
-                  self.preload, self.target_spec),
+            args=(
+                child_conn,
+                self.target_name,
+                self.impl_name,
+                self.mutant,
+                self.memory_mb,
+                self.preload,
+                self.target_spec,
+            ),
             name=f"fuzzkit-isolated-{self.target_name}",
             daemon=True,
         )
@@ -119,13 +132,18 @@ class IsolatedChecker:
         except (EOFError, OSError):
             message = None
         if not (isinstance(message, tuple) and message and message[0] == "ready"):
-            detail = message[1] if isinstance(message, tuple) and message[:1] == ("error",) else (
-                f"exit code {self._proc.exitcode}" if not self._proc.is_alive()
-                else "no answer")
+            detail = (
+                message[1]
+                if isinstance(message, tuple) and message[:1] == ("error",)
+                else (
+                    f"exit code {self._proc.exitcode}" if not self._proc.is_alive() else "no answer"
+                )
+            )
             self._kill()
             self._start()  # keep a child around; the next call tries again
             raise WorkerStartupError(
-                f"isolated worker for {self.target_name}/{self.impl_name} did not start: {detail}")
+                f"isolated worker for {self.target_name}/{self.impl_name} did not start: {detail}"
+            )
         self._ready = True
 
     def _kill(self) -> None:
@@ -154,7 +172,7 @@ class IsolatedChecker:
         with contextlib.suppress(OSError):
             self.inflight_path.unlink()
 
-    def __enter__(self) -> "IsolatedChecker":
+    def __enter__(self) -> IsolatedChecker:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -169,14 +187,21 @@ class IsolatedChecker:
             pass
 
     @property
-    def pid(self) -> Optional[int]:
+    def pid(self) -> int | None:
         """The current child's process id."""
         return self._proc.pid if self._proc is not None else None
 
     # ------------------------------------------------------------------------------- checking
 
-    def __call__(self, target: Target, impl: Implementation, inputs: Inputs, *,
-                 properties: bool = True, timeout: Optional[float] = None) -> Verdict:
+    def __call__(
+        self,
+        target: Target,
+        impl: Implementation,
+        inputs: Inputs,
+        *,
+        properties: bool = True,
+        timeout: float | None = None,
+    ) -> Verdict:
         if target.name != self.target_name:
             raise ValueError(f"this IsolatedChecker runs {self.target_name!r}, not {target.name!r}")
         limit = timeout if timeout is not None else self.case_timeout
@@ -208,36 +233,54 @@ class IsolatedChecker:
         self._clear_inflight()
         return Verdict(failure)
 
-    def _death(self, timed_out: bool, limit: Optional[float]) -> Failure:
+    def _death(self, timed_out: bool, limit: float | None) -> Failure:
         name, impl = self.target_name, self.impl_name
         if timed_out:
             self._kill()
-            return Failure("timeout", f"case ran past its {limit:g} s limit (isolated worker "
-                           "killed)", f"timeout:{name}:{impl}", {"limit_s": limit, "killed": True})
+            return Failure(
+                "timeout",
+                f"case ran past its {limit:g} s limit (isolated worker killed)",
+                f"timeout:{name}:{impl}",
+                {"limit_s": limit, "killed": True},
+            )
         proc = self._proc
         proc.join(timeout=10)
         code = proc.exitcode
         if code is None:  # pipe broke but the process lives on: treat as a crash
             self._kill()
-            return Failure("crash", f"isolated worker for {impl} stopped answering",
-                           "crash:worker:lost", {})
+            return Failure(
+                "crash", f"isolated worker for {impl} stopped answering", "crash:worker:lost", {}
+            )
         if code < 0:
             sig = _signal_name(-code)
             if -code == signal.SIGKILL:
-                return Failure("oom", f"{impl} was killed by SIGKILL (not by fuzzkit: most likely "
-                               "the kernel's out-of-memory killer)", f"oom:{name}:{impl}",
-                               {"signal": sig, "memory_mb": self.memory_mb})
-            return Failure("crash", f"{impl} killed by {sig}", f"crash:signal:{sig}",
-                           {"signal": sig, "where": impl})
-        return Failure("crash", f"{impl} exited the worker process with status {code}",
-                       f"crash:exit:{code}", {"exit_code": code, "where": impl})
+                return Failure(
+                    "oom",
+                    f"{impl} was killed by SIGKILL (not by fuzzkit: most likely "
+                    "the kernel's out-of-memory killer)",
+                    f"oom:{name}:{impl}",
+                    {"signal": sig, "memory_mb": self.memory_mb},
+                )
+            return Failure(
+                "crash",
+                f"{impl} killed by {sig}",
+                f"crash:signal:{sig}",
+                {"signal": sig, "where": impl},
+            )
+        return Failure(
+            "crash",
+            f"{impl} exited the worker process with status {code}",
+            f"crash:exit:{code}",
+            {"exit_code": code, "where": impl},
+        )
 
     def _write_inflight(self, inputs: Inputs) -> None:
         """Temp file + rename: atomic for readers and it survives any kill of this process
         (the page cache outlives it).  ``durable=True`` adds an fsync per case, for power loss
         too, at a cost of milliseconds per case."""
-        case = Case(target=self.target_name, implementation=self.impl_name, inputs=inputs,
-                    origin="inflight")
+        case = Case(
+            target=self.target_name, implementation=self.impl_name, inputs=inputs, origin="inflight"
+        )
         text = case.dumps() + "\n"
         if self.durable:
             atomic_write_text(self.inflight_path, text)
@@ -255,7 +298,7 @@ class IsolatedChecker:
             self.inflight_path.unlink()
 
 
-def target_source_spec(target_name: str) -> Optional[str]:
+def target_source_spec(target_name: str) -> str | None:
     """``module:qualname`` of the factory a target was registered with at run time (e.g. by a
     conftest file), so that a fresh process can register it too; None for built-in and
     entry-point targets (found by name anyway) and for sources that cannot be imported."""
@@ -271,8 +314,7 @@ def target_source_spec(target_name: str) -> Optional[str]:
     return f"{module}:{qualname}"
 
 
-def load_target_modules(target_name: str, preload: Sequence[str],
-                        target_spec: Optional[str]) -> None:
+def load_target_modules(target_name: str, preload: Sequence[str], target_spec: str | None) -> None:
     """In a fresh process: import ``preload`` and register ``target_spec`` when the target is
     not known by then."""
     import importlib
@@ -312,9 +354,15 @@ def _signal_name(number: int) -> str:
 # ----------------------------------------------------------------------------------- the child
 
 
-def _child_main(conn: Any, target_name: str, impl_name: str, mutant_name: Optional[str],
-                memory_mb: Optional[int], preload: Sequence[str],
-                target_spec: Optional[str] = None) -> None:
+def _child_main(
+    conn: Any,
+    target_name: str,
+    impl_name: str,
+    mutant_name: str | None,
+    memory_mb: int | None,
+    preload: Sequence[str],
+    target_spec: str | None = None,
+) -> None:
     _die_with_parent()
     try:
         from fuzzkit.registry import get_target, resolve_implementation
@@ -345,15 +393,22 @@ def _child_main(conn: Any, target_name: str, impl_name: str, mutant_name: Option
             return
 
 
-def _check(target: Target, impl: Implementation, inputs: Inputs, properties: bool,
-           timeout: Optional[float], memory_mb: Optional[int]) -> tuple[Optional[Failure], bool]:
+def _check(
+    target: Target,
+    impl: Implementation,
+    inputs: Inputs,
+    properties: bool,
+    timeout: float | None,
+    memory_mb: int | None,
+) -> tuple[Failure | None, bool]:
     """check_case with its confirmation re-run done here, so that a CUDA error (after which the
     context is unusable) is reported as itself rather than as a non-deterministic failure."""
     from fuzzkit.runner import check_case
 
     try:
-        first = check_case(target, impl, inputs, properties=properties, confirm=False,
-                           timeout=timeout).failure
+        first = check_case(
+            target, impl, inputs, properties=properties, confirm=False, timeout=timeout
+        ).failure
         if first is not None:
             cuda = _as_cuda_crash(first)
             if cuda is not None:
@@ -363,35 +418,49 @@ def _check(target: Target, impl: Implementation, inputs: Inputs, properties: boo
                 return oom, False
             if first.kind == "timeout":
                 return first, False
-            again = check_case(target, impl, inputs, properties=properties, confirm=False,
-                               timeout=timeout).failure
+            again = check_case(
+                target, impl, inputs, properties=properties, confirm=False, timeout=timeout
+            ).failure
             if again is None or again.signature != first.signature:
                 second = again.signature if again else "a pass"
-                return first.with_kind("nondeterministic",
-                                       prefix=f"re-run gave {second}; first run: "), False
+                return first.with_kind(
+                    "nondeterministic", prefix=f"re-run gave {second}; first run: "
+                ), False
         return first, False
     except MemoryError:
-        return Failure("oom", f"{impl.name} ran out of memory", f"oom:{target.name}:{impl.name}",
-                       {"memory_mb": memory_mb}), False
+        return Failure(
+            "oom",
+            f"{impl.name} ran out of memory",
+            f"oom:{target.name}:{impl.name}",
+            {"memory_mb": memory_mb},
+        ), False
 
 
-def _as_cuda_crash(failure: Failure) -> Optional[Failure]:
+def _as_cuda_crash(failure: Failure) -> Failure | None:
     text = failure.message + "\n" + str(failure.details.get("traceback", ""))
     match = _CUDA_ERROR.search(text)
     if failure.kind != "crash" or match is None:
         return None
     error = re.sub(r"[^a-z0-9]+", "_", match.group(1).lower()).strip("_")[:60] or "unknown"
-    return Failure("crash", failure.message, f"crash:cuda:{error}",
-                   {**failure.details, "cuda_error": match.group(1)[:300]})
+    return Failure(
+        "crash",
+        failure.message,
+        f"crash:cuda:{error}",
+        {**failure.details, "cuda_error": match.group(1)[:300]},
+    )
 
 
-def _as_oom(failure: Failure, target: Target, impl: Implementation,
-            memory_mb: Optional[int]) -> Optional[Failure]:
+def _as_oom(
+    failure: Failure, target: Target, impl: Implementation, memory_mb: int | None
+) -> Failure | None:
     if failure.kind == "crash" and failure.details.get("exception") == "MemoryError":
         limit = f" (limit: {memory_mb} MiB above the worker's baseline)" if memory_mb else ""
-        return Failure("oom", f"out of memory{limit}: {failure.message}",
-                       f"oom:{target.name}:{impl.name}",
-                       {**failure.details, "memory_mb": memory_mb})
+        return Failure(
+            "oom",
+            f"out of memory{limit}: {failure.message}",
+            f"oom:{target.name}:{impl.name}",
+            {**failure.details, "memory_mb": memory_mb},
+        )
     return None
 
 

@@ -34,8 +34,9 @@ def _module_dir() -> Path:
     return _TMPDIR[0]
 
 
-def source_variant(module: ModuleType, name: str,
-                   replacements: tuple[tuple[str, str], ...]) -> ModuleType:
+def source_variant(
+    module: ModuleType, name: str, replacements: tuple[tuple[str, str], ...]
+) -> ModuleType:
     """``module`` with each ``(old, new)`` line replacement applied, imported privately."""
     key = (module.__name__, name)
     if key in _BUILT:
@@ -45,19 +46,23 @@ def source_variant(module: ModuleType, name: str,
     for old, new in replacements:
         found = source.count(old)
         if found != 1:
-            raise RuntimeError(f"kernel mutant {name!r} no longer applies: {old.strip()!r} occurs "
-                               f"{found} times in {module.__file__} (expected once)")
+            raise RuntimeError(
+                f"kernel mutant {name!r} no longer applies: {old.strip()!r} occurs "
+                f"{found} times in {module.__file__} (expected once)"
+            )
         source = source.replace(old, new)
-    module_name = "_fuzzkit_mutant_" + "".join(c if c.isalnum() else "_"
-                                               for c in f"{module.__name__}_{name}")
+    module_name = "_fuzzkit_mutant_" + "".join(
+        c if c.isalnum() else "_" for c in f"{module.__name__}_{name}"
+    )
     variant = triton_support.import_source(module_name, source, _module_dir())
     _BUILT[key] = variant
     return variant
 
 
 @contextlib.contextmanager
-def swapped(module: ModuleType, attribute: str, name: str,
-            *replacements: tuple[str, str]) -> Iterator[None]:
+def swapped(
+    module: ModuleType, attribute: str, name: str, *replacements: tuple[str, str]
+) -> Iterator[None]:
     """Inside the block, ``module.<attribute>`` is the mutated variant's ``<attribute>``."""
     variant = source_variant(module, name, tuple(replacements))
     with mock.patch.object(module, attribute, getattr(variant, attribute)):
@@ -74,5 +79,7 @@ def device_mutants(module: str, implementation: str = "triton") -> list[Any]:
         kernel_mutants = importlib.import_module(module)
     except ImportError:
         return []
-    return [Mutant(f"kernel-{name}", implementation, bug_class, citation, patch)
-            for name, (patch, bug_class, citation) in kernel_mutants.KERNEL_MUTANTS.items()]
+    return [
+        Mutant(f"kernel-{name}", implementation, bug_class, citation, patch)
+        for name, (patch, bug_class, citation) in kernel_mutants.KERNEL_MUTANTS.items()
+    ]

@@ -1,4 +1,4 @@
-"""Accepted signatures (``fuzzkit run --known FILE``): differences a team has triaged and lives with.
+"""Accepted signatures (``fuzzkit run --known FILE``): differences a team triaged and lives with.
 
 A known difference must not stop a campaign (before, the first failure of a pair ended its
 fuzzing, so one accepted quirk hid every other bug of that pair), and must not be reported again
@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable
 
 from fuzzkit.errors import UsageError
 
@@ -35,8 +35,8 @@ _ENTRY_KEYS = {"signature", "reason", "target", "implementation"}
 class KnownSignature:
     signature: str
     reason: str
-    target: Optional[str] = None
-    implementation: Optional[str] = None
+    target: str | None = None
+    implementation: str | None = None
 
     def matches(self, target: str, implementation: str, signature: str) -> bool:
         if self.target is not None and self.target != target:
@@ -52,19 +52,19 @@ class KnownSignature:
 class KnownSignatures:
     entries: tuple[KnownSignature, ...] = ()
 
-    def match(self, target: str, implementation: str,
-              signature: str) -> Optional[KnownSignature]:
+    def match(self, target: str, implementation: str, signature: str) -> KnownSignature | None:
         for entry in self.entries:
             if entry.matches(target, implementation, signature):
                 return entry
         return None
 
     def to_json(self) -> list[dict[str, Any]]:
-        return [{k: v for k, v in dataclasses.asdict(e).items() if v is not None}
-                for e in self.entries]
+        return [
+            {k: v for k, v in dataclasses.asdict(e).items() if v is not None} for e in self.entries
+        ]
 
     @classmethod
-    def from_entries(cls, entries: Iterable[KnownSignature]) -> "KnownSignatures":
+    def from_entries(cls, entries: Iterable[KnownSignature]) -> KnownSignatures:
         return cls(tuple(entries))
 
 
@@ -89,30 +89,44 @@ def load(path: Path) -> KnownSignatures:
 
 def parse(data: Any, source: str = "<known>") -> KnownSignatures:
     if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise UsageError(f"--known {source}: expected a JSON object with \"format\": "
-                         f"\"{FORMAT}\" and a \"known\" list")
+        raise UsageError(
+            f'--known {source}: expected a JSON object with "format": "{FORMAT}" and a "known" list'
+        )
     if set(data) - {"format", "known"}:
-        raise UsageError(f"--known {source}: unknown keys {sorted(set(data) - {'format', 'known'})}")
+        raise UsageError(
+            f"--known {source}: unknown keys {sorted(set(data) - {'format', 'known'})}"
+        )
     entries = data.get("known")
     if not isinstance(entries, list) or len(entries) > MAX_ENTRIES:
-        raise UsageError(f"--known {source}: \"known\" must be a list of at most {MAX_ENTRIES} "
-                         "entries")
+        raise UsageError(
+            f'--known {source}: "known" must be a list of at most {MAX_ENTRIES} entries'
+        )
     out = []
     for i, entry in enumerate(entries):
         where = f"--known {source}: entry {i}"
         if not isinstance(entry, dict) or set(entry) - _ENTRY_KEYS:
-            raise UsageError(f"{where}: an object with signature, reason and optionally target "
-                             "and implementation")
+            raise UsageError(
+                f"{where}: an object with signature, reason and optionally target "
+                "and implementation"
+            )
         for key in ("signature", "reason"):
             value = entry.get(key)
             if not isinstance(value, str) or not value.strip() or len(value) > 1000:
-                raise UsageError(f"{where}: {key!r} must be a non-empty string (every accepted "
-                                 "signature says why it is accepted)")
+                raise UsageError(
+                    f"{where}: {key!r} must be a non-empty string (every accepted "
+                    "signature says why it is accepted)"
+                )
         for key in ("target", "implementation"):
             if key in entry and (not isinstance(entry[key], str) or not entry[key]):
                 raise UsageError(f"{where}: {key!r} must be a non-empty string")
-        out.append(KnownSignature(entry["signature"], entry["reason"].strip(),
-                                  entry.get("target"), entry.get("implementation")))
+        out.append(
+            KnownSignature(
+                entry["signature"],
+                entry["reason"].strip(),
+                entry.get("target"),
+                entry.get("implementation"),
+            )
+        )
     return KnownSignatures(tuple(out))
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 Inputs = dict[str, Any]
 
@@ -54,33 +54,49 @@ def parse_overrides(texts: Sequence[str]) -> dict[str, int]:
     return out
 
 
-def check(target_name: str, limits: Sequence[Limit], inputs: Any,
-          overrides: Optional[Mapping[str, int]] = None) -> Optional[str]:
+def check(
+    target_name: str,
+    limits: Sequence[Limit],
+    inputs: Any,
+    overrides: Mapping[str, int] | None = None,
+) -> str | None:
     """One line naming the first limit ``inputs`` exceed (and how to raise it), or None."""
     overrides = dict(overrides or {})
     unknown = sorted(set(overrides) - {limit.name for limit in limits})
     if unknown:
         names = ", ".join(limit.name for limit in limits) or "none"
-        return (f"target {target_name!r} has no limit named {', '.join(unknown)} (its limits: "
-                f"{names})")
+        return (
+            f"target {target_name!r} has no limit named {', '.join(unknown)} (its limits: {names})"
+        )
     if not isinstance(inputs, dict):
         return f"inputs of a {target_name} case must be a JSON object"
     for limit in limits:
         try:
             size = int(limit.measure(inputs))
-        except (ArithmeticError, AttributeError, IndexError, KeyError, TypeError,
-                ValueError, RecursionError) as exc:
-            return (f"inputs are malformed for target {target_name!r} (measuring {limit.what}: "
-                    f"{type(exc).__name__}: {_short(exc)})")
+        except (
+            ArithmeticError,
+            AttributeError,
+            IndexError,
+            KeyError,
+            TypeError,
+            ValueError,
+            RecursionError,
+        ) as exc:
+            return (
+                f"inputs are malformed for target {target_name!r} (measuring {limit.what}: "
+                f"{type(exc).__name__}: {_short(exc)})"
+            )
         bound = overrides.get(limit.name, limit.default)
         if size > bound:
-            return (f"{limit.what}: {size} exceeds the limit {limit.name}={bound} of target "
-                    f"{target_name!r}; if you trust this file, raise it with --limit "
-                    f"{limit.name}={size}")
+            return (
+                f"{limit.what}: {size} exceeds the limit {limit.name}={bound} of target "
+                f"{target_name!r}; if you trust this file, raise it with --limit "
+                f"{limit.name}={size}"
+            )
     return None
 
 
-def validation_problem(target: Any, inputs: Any) -> Optional[str]:
+def validation_problem(target: Any, inputs: Any) -> str | None:
     """The target's ``validate`` verdict on inputs from a file, one line; a validator that raises
     on malformed inputs counts as refusing them (files are not generated, anything goes)."""
     if target.validate is None:
@@ -122,6 +138,7 @@ def integer(value: Any) -> int:
 
 def field(key: str) -> Callable[[Inputs], int]:
     """A measure that reads the integer ``inputs[key]``."""
+
     def measure(inputs: Inputs) -> int:
         return integer(inputs.get(key))
 

@@ -28,7 +28,7 @@ import signal
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Callable, Iterable, Optional, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from fuzzkit.errors import FuzzkitError
 
@@ -36,16 +36,45 @@ Pick = Callable[[int], int]
 
 #: Values an attacker would put anywhere in a file.
 HOSTILE: tuple[Any, ...] = (
-    0, -1, 1, 10**9, 2**31, 2**63, -(2**63), 10**19, 1e308, -1e308, 1e-320, 0.5, -0.0,
-    "", "x" * 4096, "subprocess:Popen", "os:system", "planted:run", "../../../etc/passwd",
-    "\x1b[2J\x1b]2;owned\x07", "a\nb", None, True, False, [], {}, [0] * 64, [[[[[]]]]],
+    0,
+    -1,
+    1,
+    10**9,
+    2**31,
+    2**63,
+    -(2**63),
+    10**19,
+    1e308,
+    -1e308,
+    1e-320,
+    0.5,
+    -0.0,
+    "",
+    "x" * 4096,
+    "subprocess:Popen",
+    "os:system",
+    "planted:run",
+    "../../../etc/passwd",
+    "\x1b[2J\x1b]2;owned\x07",
+    "a\nb",
+    None,
+    True,
+    False,
+    [],
+    {},
+    [0] * 64,
+    [[[[[]]]]],
     {"__ndarray__": {"dtype": "<f4", "shape": [2**31 - 1, 0], "data": ""}},
     {"__ndarray__": {"dtype": "<f8", "shape": [4096, 4096], "data": ""}},
     {"__ndarray__": {"dtype": "|O", "shape": [1], "data": "AAAAAAAAAAA="}},
     {"__ndarray__": {"dtype": "<f4", "shape": [1], "data": "AACAPw=="}},
     {"__ndarray__": {"dtype": "<i8", "shape": [2, 2], "data": "A" * 44}},
-    {"__float__": "nan"}, {"__float__": "-inf"}, {"__float__": "1e999"},
-    {"__ndarray__": 1}, {"op": "reset"}, {"op": "append", "rid": 0, "tokens": [0] * 100},
+    {"__float__": "nan"},
+    {"__float__": "-inf"},
+    {"__float__": "1e999"},
+    {"__ndarray__": 1},
+    {"op": "reset"},
+    {"op": "append", "rid": 0, "tokens": [0] * 100},
 )
 
 
@@ -54,16 +83,17 @@ def seed_files(roots: Iterable[Path]) -> list[bytes]:
     files: list[bytes] = []
     for root in roots:
         if root.is_dir():
-            files.extend(p.read_bytes() for p in sorted(root.rglob("*.json"))
-                         if not p.name.startswith("."))
+            files.extend(
+                p.read_bytes() for p in sorted(root.rglob("*.json")) if not p.name.startswith(".")
+            )
     return files
 
 
-def mutate(seeds: Sequence[bytes], pick: Pick, rounds: Optional[int] = None) -> bytes:
+def mutate(seeds: Sequence[bytes], pick: Pick, rounds: int | None = None) -> bytes:
     """A mutant of one of ``seeds``: one to four JSON-level or byte-level mutations."""
     data = seeds[pick(len(seeds))]
     for _ in range(rounds if rounds is not None else 1 + pick(4)):
-        data = (_mutate_json(data, pick) if pick(3) else _mutate_bytes(data, pick))
+        data = _mutate_json(data, pick) if pick(3) else _mutate_bytes(data, pick)
     return data
 
 
@@ -74,11 +104,11 @@ def _mutate_bytes(data: bytes, pick: Pick) -> bytes:
     j = min(len(data), i + 1 + pick(64))
     kind = pick(5)
     if kind == 0:  # flip a byte
-        return data[:i] + bytes([data[i] ^ (1 << pick(8))]) + data[i + 1:]
+        return data[:i] + bytes([data[i] ^ (1 << pick(8))]) + data[i + 1 :]
     if kind == 1:  # delete a range
         return data[:i] + data[j:]
     if kind == 2:  # insert structural bytes
-        return data[:i] + b'[{"":,]}0-e."\\\x00\xff'[pick(15):][:1 + pick(4)] + data[i:]
+        return data[:i] + b'[{"":,]}0-e."\\\x00\xff'[pick(15) :][: 1 + pick(4)] + data[i:]
     if kind == 3:  # duplicate a range
         return data[:j] + data[i:j] * (1 + pick(8)) + data[j:]
     return data[:i]  # truncate
@@ -136,8 +166,9 @@ def _edit(root: Any, path: tuple[Any, ...], pick: Pick, size: int) -> Any:
         del parent[key]
     elif kind == 1 and isinstance(old, list) and old:
         # More steps, requests, nodes: up to ~200k items (past most limits, not past memory).
-        parent[key] = old * min(2 + pick(1000), max(2, 200_000 // len(old)),
-                                max(2, MAX_GROWN_BYTES // max(1, size)))
+        parent[key] = old * min(
+            2 + pick(1000), max(2, 200_000 // len(old)), max(2, MAX_GROWN_BYTES // max(1, size))
+        )
     elif kind == 2 and isinstance(old, int) and not isinstance(old, bool):
         parent[key] = old * 10 ** (1 + pick(12)) if pick(2) else -old - 1
     elif kind == 3:
@@ -186,9 +217,16 @@ class _Hang(BaseException):
     """Raised by the alarm of one execution (a BaseException: loader code must not catch it)."""
 
 
-def run(seeds: Sequence[bytes], *, seconds: Optional[float] = None,
-        executions: Optional[int] = None, seed: int = 0, hang_s: float = 30.0,
-        keep: Optional[Path] = None, jump_mb: float = 100.0) -> Report:
+def run(
+    seeds: Sequence[bytes],
+    *,
+    seconds: float | None = None,
+    executions: int | None = None,
+    seed: int = 0,
+    hang_s: float = 30.0,
+    keep: Path | None = None,
+    jump_mb: float = 100.0,
+) -> Report:
     """Mutate and load until ``seconds`` or ``executions`` run out.  Tracebacks and hangs are
     recorded (and the offending inputs written under ``keep``), never raised."""
     import random
@@ -205,7 +243,8 @@ def run(seeds: Sequence[bytes], *, seconds: Optional[float] = None,
         while True:
             elapsed = time.monotonic() - started
             if (seconds is not None and elapsed >= seconds) or (
-                    executions is not None and report.executions >= executions):
+                executions is not None and report.executions >= executions
+            ):
                 break
             data = mutate(seeds, rng.randrange)
             peak = _rss_mb()
@@ -219,8 +258,12 @@ def run(seeds: Sequence[bytes], *, seconds: Optional[float] = None,
             except _Hang:
                 report.hangs.append(_keep(keep, data, "hang"))
             except Exception:  # noqa: BLE001 - a traceback is what this harness looks for
-                report.tracebacks.append({"input": _keep(keep, data, "traceback"),
-                                          "traceback": traceback.format_exc(limit=6)})
+                report.tracebacks.append(
+                    {
+                        "input": _keep(keep, data, "traceback"),
+                        "traceback": traceback.format_exc(limit=6),
+                    }
+                )
             finally:
                 signal.setitimer(signal.ITIMER_REAL, 0)
             report.slowest_s = max(report.slowest_s, time.monotonic() - one)
@@ -234,7 +277,7 @@ def run(seeds: Sequence[bytes], *, seconds: Optional[float] = None,
     return report
 
 
-def _keep(directory: Optional[Path], data: bytes, kind: str) -> str:
+def _keep(directory: Path | None, data: bytes, kind: str) -> str:
     if directory is None:
         return f"<{len(data)} bytes>"
     import hashlib

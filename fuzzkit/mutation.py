@@ -7,7 +7,7 @@ inputs where the bug shows) — a defect of fuzzkit, reported as such.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Optional
+from typing import Any
 
 from fuzzkit.case import Case
 from fuzzkit.engines.hypothesis import fuzz
@@ -22,17 +22,17 @@ class MutantResult:
     bug_class: str
     citation: str
     detected: bool
-    seconds: Optional[float]
-    signature: Optional[str]
+    seconds: float | None
+    signature: str | None
     cases: int
     #: The failure's human message (targets with a ``localize`` hook name the culprit in it).
-    message: Optional[str] = None
-    skipped: Optional[str] = None
+    message: str | None = None
+    skipped: str | None = None
     #: With ``shrink``: the length of each reducible input of the minimized case.
-    minimized: Optional[dict[str, int]] = None
-    finding: Optional[Case] = dataclasses.field(default=None, repr=False)
+    minimized: dict[str, int] | None = None
+    finding: Case | None = dataclasses.field(default=None, repr=False)
     #: For a state-dependent finding: the case sequence that replays it (or None).
-    sequence: Optional[Any] = dataclasses.field(default=None, repr=False)
+    sequence: Any | None = dataclasses.field(default=None, repr=False)
 
     def to_json(self) -> dict[str, object]:
         row = dataclasses.asdict(self)
@@ -42,8 +42,15 @@ class MutantResult:
         return row
 
 
-def run_mutant(target: Target, mutant: Mutant, *, budget: float, seed: int = 0,
-               shrink: bool = False, confirm: bool = False) -> MutantResult:
+def run_mutant(
+    target: Target,
+    mutant: Mutant,
+    *,
+    budget: float,
+    seed: int = 0,
+    shrink: bool = False,
+    confirm: bool = False,
+) -> MutantResult:
     """Fuzz the mutated implementation until the first failure or the budget runs out.
 
     No example database: this measures how fast the *search* finds the bug, from a fixed seed,
@@ -54,24 +61,45 @@ def run_mutant(target: Target, mutant: Mutant, *, budget: float, seed: int = 0,
     sequence that replays it.
     """
     impl = target.implementation(mutant.implementation)
-    base = dict(target=target.name, mutant=mutant.name, implementation=impl.name,
-                bug_class=mutant.bug_class, citation=mutant.citation)
+    base: dict[str, Any] = dict(
+        target=target.name,
+        mutant=mutant.name,
+        implementation=impl.name,
+        bug_class=mutant.bug_class,
+        citation=mutant.citation,
+    )
     reason = impl.unavailable()
     if reason:
-        return MutantResult(**base, detected=False, seconds=None, signature=None, cases=0,
-                            skipped=reason)
+        return MutantResult(
+            **base, detected=False, seconds=None, signature=None, cases=0, skipped=reason
+        )
     confirmer = None
     if confirm:
         from fuzzkit.fresh import FreshConfirmer, FreshContext
         from fuzzkit.isolation import target_source_spec
 
         spec = target_source_spec(target.name)
-        confirmer = FreshConfirmer(FreshContext(
-            target.name, impl.name, mutants=(mutant.name,), target_spec=spec,
-            preload=(spec.partition(":")[0],) if spec else ()))
+        confirmer = FreshConfirmer(
+            FreshContext(
+                target.name,
+                impl.name,
+                mutants=(mutant.name,),
+                target_spec=spec,
+                preload=(spec.partition(":")[0],) if spec else (),
+            )
+        )
     with mutant.applied():
-        result = fuzz(target, impl, budget=budget, seed=seed, profile="ci", database_dir=None,
-                      shrink=shrink, max_findings=1, confirm=confirmer)
+        result = fuzz(
+            target,
+            impl,
+            budget=budget,
+            seed=seed,
+            profile="ci",
+            database_dir=None,
+            shrink=shrink,
+            max_findings=1,
+            confirm=confirmer,
+        )
     finding = result.finding
     if finding is not None:
         finding = dataclasses.replace(finding, origin=f"mutant:{mutant.name}")
@@ -93,6 +121,7 @@ def run_mutant(target: Target, mutant: Mutant, *, budget: float, seed: int = 0,
 
 
 def _sizes(target: Target, case: Case) -> dict[str, int]:
-    keys = [k for group in target.reducible
-            for k in ((group,) if isinstance(group, str) else group)]
+    keys = [
+        k for group in target.reducible for k in ((group,) if isinstance(group, str) else group)
+    ]
     return {k: len(case.inputs[k]) for k in keys if k in case.inputs}

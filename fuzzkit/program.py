@@ -40,7 +40,9 @@ def drive(machine: Any, program: Program) -> list[Observation]:
     return observations
 
 
-def program_runner(factory: Callable[[Mapping[str, Any]], Any]) -> Callable[[dict[str, Any]], list[Observation]]:
+def program_runner(
+    factory: Callable[[Mapping[str, Any]], Any],
+) -> Callable[[dict[str, Any]], list[Observation]]:
     """An implementation ``inputs -> observations`` from a class or factory taking the config.
 
     ``inputs`` holds ``"program"`` and optionally ``"config"`` (passed to the factory).
@@ -53,24 +55,36 @@ def program_runner(factory: Callable[[Mapping[str, Any]], Any]) -> Callable[[dic
     return run
 
 
-def programs(operations: Mapping[str, st.SearchStrategy[dict[str, Any]]], *,
-             min_steps: int = 1, max_steps: int = 40) -> st.SearchStrategy[Program]:
+def programs(
+    operations: Mapping[str, st.SearchStrategy[dict[str, Any]]],
+    *,
+    min_steps: int = 1,
+    max_steps: int = 40,
+) -> st.SearchStrategy[Program]:
     """Programs drawn from ``operations`` (op name -> strategy for its arguments).
 
     Hypothesis shrinks such lists by deleting steps and simplifying arguments, so a failing
     program comes back as a handful of steps.
     """
-    step = st.one_of(*[
-        args.map(lambda a, name=name: {"op": name, **a}) for name, args in operations.items()
-    ])
+    step = st.one_of(*[args.map(_tagged(name)) for name, args in operations.items()])
     return st.lists(step, min_size=min_steps, max_size=max_steps)
+
+
+def _tagged(name: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """Arguments -> the step record ``{"op": name, **arguments}``."""
+
+    def tag(arguments: dict[str, Any]) -> dict[str, Any]:
+        return {"op": name, **arguments}
+
+    return tag
 
 
 # ------------------------------------------------------------------------------------- swarm
 
 
-def swarm(draw: Callable[[Any], Any], table: Sequence[tuple[str, int]], *,
-          keep: Sequence[str] = ()) -> dict[str, int]:
+def swarm(
+    draw: Callable[[Any], Any], table: Sequence[tuple[str, int]], *, keep: Sequence[str] = ()
+) -> dict[str, int]:
     """A swarm configuration (Groce et al., ISSTA 2012): each program enables a random subset of
     its operations, each with a random weight, so that some programs are dominated by a rare
     operation (many forks, many preemptions) and some never run an operation that would mask a
@@ -94,8 +108,9 @@ def swarm(draw: Callable[[Any], Any], table: Sequence[tuple[str, int]], *,
     return config
 
 
-def weighted(config: Mapping[str, int],
-             strategies: Mapping[str, st.SearchStrategy[Any]]) -> st.SearchStrategy[Any]:
+def weighted(
+    config: Mapping[str, int], strategies: Mapping[str, st.SearchStrategy[Any]]
+) -> st.SearchStrategy[Any]:
     """One draw from ``strategies``, chosen with the weights of a :func:`swarm` configuration
     (names missing from ``config`` are disabled)."""
     table = [(name, w) for name, w in config.items() if w > 0 and name in strategies]
@@ -135,6 +150,8 @@ class OperationCounts:
             previous = op
 
     def to_json(self) -> dict[str, Any]:
-        return {"cases": self.cases,
-                "operations": dict(sorted(self.ops.items(), key=lambda kv: (-kv[1], kv[0]))),
-                "pairs": dict(sorted(self.pairs.items(), key=lambda kv: (-kv[1], kv[0])))}
+        return {
+            "cases": self.cases,
+            "operations": dict(sorted(self.ops.items(), key=lambda kv: (-kv[1], kv[0]))),
+            "pairs": dict(sorted(self.pairs.items(), key=lambda kv: (-kv[1], kv[0]))),
+        }

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator
 
 import pytest
 
@@ -22,17 +22,40 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("fuzzkit")
-    group.addoption("--fuzzkit-budget", type=float, default=None, metavar="SECONDS",
-                    help="add one fuzz item per target x implementation, each fuzzing this long")
-    group.addoption("--fuzzkit-seed", type=int, default=0, metavar="N",
-                    help="seed for --fuzzkit-budget fuzz items (default 0)")
-    group.addoption("--fuzzkit-targets", default=None, metavar="NAMES",
-                    help="comma-separated targets for --fuzzkit-budget (default: all)")
-    group.addoption("--fuzzkit-impl", action="append", default=[], metavar="MODULE:ATTR",
-                    help="outside implementation that corpus regressions may name (repeatable; "
-                         "also the fuzzkit_impl ini list); a case file alone never chooses code")
-    parser.addini("fuzzkit_impl", "outside implementations (module:attr) that corpus "
-                  "regressions may name", type="linelist", default=[])
+    group.addoption(
+        "--fuzzkit-budget",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="add one fuzz item per target x implementation, each fuzzing this long",
+    )
+    group.addoption(
+        "--fuzzkit-seed",
+        type=int,
+        default=0,
+        metavar="N",
+        help="seed for --fuzzkit-budget fuzz items (default 0)",
+    )
+    group.addoption(
+        "--fuzzkit-targets",
+        default=None,
+        metavar="NAMES",
+        help="comma-separated targets for --fuzzkit-budget (default: all)",
+    )
+    group.addoption(
+        "--fuzzkit-impl",
+        action="append",
+        default=[],
+        metavar="MODULE:ATTR",
+        help="outside implementation that corpus regressions may name (repeatable; "
+        "also the fuzzkit_impl ini list); a case file alone never chooses code",
+    )
+    parser.addini(
+        "fuzzkit_impl",
+        "outside implementations (module:attr) that corpus regressions may name",
+        type="linelist",
+        default=[],
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -44,7 +67,7 @@ class CaseFailed(Exception):
     """A replayed or fuzzed case failed; carries the text to show instead of a traceback."""
 
 
-def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> Optional[pytest.Collector]:
+def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
     if file_path.suffix == ".json" and file_path.parent.name == "regressions":
         return RegressionFile.from_parent(parent, path=file_path)
     return None
@@ -56,8 +79,7 @@ class RegressionFile(pytest.File):
 
 
 class _FuzzkitItem(pytest.Item):
-    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException],
-                     style: Any = None) -> str:
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
         if isinstance(excinfo.value, CaseFailed):
             return str(excinfo.value)
         return super().repr_failure(excinfo, style=style)
@@ -82,20 +104,27 @@ class RegressionItem(_FuzzkitItem):
             case = load(self.path)
             target = admit(case, str(self.path))
             allowed = [*self.config.getoption("fuzzkit_impl"), *self.config.getini("fuzzkit_impl")]
-            impl = implementation_named_by_file(target, case.implementation, str(self.path),
-                                                allowed=allowed)
+            impl = implementation_named_by_file(
+                target, case.implementation, str(self.path), allowed=allowed
+            )
         except FuzzkitError as exc:
             raise CaseFailed(f"cannot replay: {exc}") from None
         reason = impl.unavailable()
         if reason:
             pytest.skip(f"{impl.name} unavailable: {reason}")
         isolate = wants_isolation(case, None)
-        with case_checker(target, impl, isolate=isolate, case_timeout=self.CASE_TIMEOUT_S,
-                          memory_mb=memory_headroom(case, isolate, None)) as check:
+        with case_checker(
+            target,
+            impl,
+            isolate=isolate,
+            case_timeout=self.CASE_TIMEOUT_S,
+            memory_mb=memory_headroom(case, isolate, None),
+        ) as check:
             failure = check(target, impl, case.inputs).failure
         if failure is not None:
-            raise CaseFailed(f"{failure.signature}\n{failure.message}\n"
-                             f"replay: fuzzkit replay {self.path}")
+            raise CaseFailed(
+                f"{failure.signature}\n{failure.message}\nreplay: fuzzkit replay {self.path}"
+            )
 
     def reportinfo(self) -> tuple[Path, int, str]:
         return self.path, 0, f"fuzzkit regression {self.path.name}"
@@ -122,22 +151,31 @@ class FuzzItem(_FuzzkitItem):
         def keep(case: Any, sequence: Any) -> None:  # on disk as soon as it is final
             saved.append((case, corpus.save(case, corpus.default_root())))
 
-        result = fuzz(target, impl, budget=config.getoption("fuzzkit_budget"),
-                      seed=config.getoption("fuzzkit_seed"), on_finding=keep)
+        result = fuzz(
+            target,
+            impl,
+            budget=config.getoption("fuzzkit_budget"),
+            seed=config.getoption("fuzzkit_seed"),
+            on_finding=keep,
+        )
         if saved:
             lines = [f"{len(saved)} finding(s) after {result.cases} cases"]
             for case, path in saved:
                 failure = case.failure
-                lines += [f"{failure.signature}: {failure.message}",
-                          f"  minimized case: {path}", f"  replay: fuzzkit replay {path}"]
+                lines += [
+                    f"{failure.signature}: {failure.message}",
+                    f"  minimized case: {path}",
+                    f"  replay: fuzzkit replay {path}",
+                ]
             raise CaseFailed("\n".join(lines))
 
     def reportinfo(self) -> tuple[str, int, str]:
         return "fuzzkit", 0, f"fuzz {self.target_name}/{self.impl_name}"
 
 
-def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config,
-                                  items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(
+    session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
+) -> None:
     budget = config.getoption("fuzzkit_budget")
     if not budget:
         return
@@ -148,8 +186,14 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     for name in names:
         target = get_target(name)
         for impl_name in target.implementations:
-            items.append(FuzzItem.from_parent(session, name=f"fuzzkit[{name}-{impl_name}]",
-                                              target_name=name, impl_name=impl_name))
+            items.append(
+                FuzzItem.from_parent(
+                    session,
+                    name=f"fuzzkit[{name}-{impl_name}]",
+                    target_name=name,
+                    impl_name=impl_name,
+                )
+            )
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -175,6 +219,8 @@ def _marked_target(node: Any) -> Any:
 
     marker = node.get_closest_marker("fuzzkit_target")
     if marker is None or not marker.args:
-        raise pytest.UsageError(f"{node.nodeid}: fuzzkit_target and fuzzkit_impl need "
-                                '@pytest.mark.fuzzkit_target("name")')
+        raise pytest.UsageError(
+            f"{node.nodeid}: fuzzkit_target and fuzzkit_impl need "
+            '@pytest.mark.fuzzkit_target("name")'
+        )
     return get_target(marker.args[0])

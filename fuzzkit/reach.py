@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from hypothesis import strategies as st
 
@@ -51,30 +51,31 @@ class Threshold:
     size: str
     value: int
     what: str
-    cap: Optional[int] = None
+    cap: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.value, int) or self.value < 1:
-            raise ValueError(f"threshold {self.what!r}: value must be a positive int, "
-                             f"got {self.value!r}")
+            raise ValueError(
+                f"threshold {self.what!r}: value must be a positive int, got {self.value!r}"
+            )
 
     @property
     def name(self) -> str:
         return f"{self.size}={self.value} ({self.what})"
 
-    def boundaries(self, lo: int = 0, hi: Optional[int] = None) -> tuple[int, ...]:
+    def boundaries(self, lo: int = 0, hi: int | None = None) -> tuple[int, ...]:
         """``t-1, t, t+1, 2t-1, 2t, 2t+1`` inside ``[lo, hi]`` (and ``cap``), without repeats."""
         top = _top(self, hi)
         values = [m * self.value + d for m, d in BOUNDARY]
         return tuple(dict.fromkeys(v for v in values if lo <= v and (top is None or v <= top)))
 
-    def required(self, lo: int = 0, hi: Optional[int] = None) -> tuple[int, ...]:
+    def required(self, lo: int = 0, hi: int | None = None) -> tuple[int, ...]:
         """The boundary values a strategy must reach: ``t-1, t, t+1`` (inside the range) and, if
         the range allows, one of ``2t-1, 2t, 2t+1`` (see :func:`crossings`)."""
         return tuple(v for v in self.boundaries(lo, hi) if v <= self.value + 1)
 
 
-Thresholds = Union[Sequence[Threshold], Callable[[], Sequence[Threshold]]]
+Thresholds = Sequence[Threshold] | Callable[[], Sequence[Threshold]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,11 +88,11 @@ class Size:
     lo: int = 0
 
 
-def as_size(spec: Union[Size, Callable[[Mapping[str, Any]], Iterable[int]]]) -> Size:
+def as_size(spec: Size | Callable[[Mapping[str, Any]], Iterable[int]]) -> Size:
     return spec if isinstance(spec, Size) else Size(spec)
 
 
-def resolve(thresholds: Optional[Thresholds]) -> tuple[Threshold, ...]:
+def resolve(thresholds: Thresholds | None) -> tuple[Threshold, ...]:
     """A declaration (a sequence, or a callable that computes one -- e.g. tile sizes that differ
     under the interpreter and natively) as a tuple."""
     if thresholds is None:
@@ -112,18 +113,27 @@ def of_size(thresholds: Iterable[Threshold], name: str) -> tuple[Threshold, ...]
 def largest(thresholds: Iterable[Threshold], name: str, default: int) -> int:
     """The largest ``name`` worth drawing: ``default`` (the strategy's plain range), or past the
     highest threshold of that size -- its ``cap``, or ``2t + 1`` where it has none."""
-    return max([default] + [t.cap if t.cap is not None else 2 * t.value + 1
-                            for t in of_size(thresholds, name)])
+    return max(
+        [default]
+        + [t.cap if t.cap is not None else 2 * t.value + 1 for t in of_size(thresholds, name)]
+    )
 
 
-def _top(threshold: Threshold, hi: Optional[int]) -> Optional[int]:
+def _top(threshold: Threshold, hi: int | None) -> int | None:
     if threshold.cap is None:
         return hi
     return threshold.cap if hi is None else min(threshold.cap, hi)
 
 
-def size(draw: Callable[[Any], Any], name: str, thresholds: Sequence[Threshold], *,
-         lo: int, hi: int, base: Optional[st.SearchStrategy[int]] = None) -> int:
+def size(
+    draw: Callable[[Any], Any],
+    name: str,
+    thresholds: Sequence[Threshold],
+    *,
+    lo: int,
+    hi: int,
+    base: st.SearchStrategy[int] | None = None,
+) -> int:
     """Draw the size ``name``: the strategy's own ``base`` (default ``integers(lo, hi)``) in about
     half the draws, otherwise a boundary value of one of ``name``'s thresholds or a size well
     above one (up to its ``cap``), always inside ``[lo, hi]``.  ``hi`` is the largest size a case
@@ -145,8 +155,14 @@ def size(draw: Callable[[Any], Any], name: str, thresholds: Sequence[Threshold],
     return int(draw(st.sampled_from(threshold.boundaries(lo, hi))))
 
 
-def sizes(name: str, thresholds: Sequence[Threshold], *, lo: int, hi: int,
-          base: Optional[st.SearchStrategy[int]] = None) -> st.SearchStrategy[int]:
+def sizes(
+    name: str,
+    thresholds: Sequence[Threshold],
+    *,
+    lo: int,
+    hi: int,
+    base: st.SearchStrategy[int] | None = None,
+) -> st.SearchStrategy[int]:
     """:func:`size` as a strategy."""
 
     @st.composite
@@ -183,11 +199,17 @@ class Crossing:
         return not self.missing and (not double_possible or self.at_double + self.above > 0)
 
     def to_json(self) -> dict[str, Any]:
-        return {"size": self.threshold.size, "value": self.threshold.value,
-                "what": self.threshold.what, "required": list(self.required),
-                "seen": {str(k): v for k, v in sorted(self.seen.items())},
-                "at_double": self.at_double, "above": self.above, "cases": self.cases,
-                "crossed": self.crossed}
+        return {
+            "size": self.threshold.size,
+            "value": self.threshold.value,
+            "what": self.threshold.what,
+            "required": list(self.required),
+            "seen": {str(k): v for k, v in sorted(self.seen.items())},
+            "at_double": self.at_double,
+            "above": self.above,
+            "cases": self.cases,
+            "crossed": self.crossed,
+        }
 
 
 class ReachCounter:
@@ -196,14 +218,15 @@ class ReachCounter:
     ``sizes`` maps a size name to a :class:`Size` (or just its ``measure`` function).
     """
 
-    def __init__(self, thresholds: Sequence[Threshold],
-                 sizes: Mapping[str, Any]) -> None:
+    def __init__(self, thresholds: Sequence[Threshold], sizes: Mapping[str, Any]) -> None:
         self.thresholds = tuple(thresholds)
         self.sizes = {name: as_size(spec) for name, spec in sizes.items()}
         unknown = sorted({t.size for t in self.thresholds} - set(self.sizes))
         if unknown:
-            raise ValueError(f"thresholds name sizes the target does not measure: {unknown} "
-                             f"(Target.sizes has {sorted(self.sizes)})")
+            raise ValueError(
+                f"thresholds name sizes the target does not measure: {unknown} "
+                f"(Target.sizes has {sorted(self.sizes)})"
+            )
         self.cases = 0
         self._seen: list[dict[int, int]] = [{} for _ in self.thresholds]
         self._above = [0] * len(self.thresholds)
@@ -228,10 +251,17 @@ class ReachCounter:
                 self._above[i] += 1
 
     def crossings(self) -> list[Crossing]:
-        return [Crossing(t, t.required(self.sizes[t.size].lo, None), dict(self._seen[i]),
-                         self._above[i],
-                         self._double[i], self.cases)
-                for i, t in enumerate(self.thresholds)]
+        return [
+            Crossing(
+                t,
+                t.required(self.sizes[t.size].lo, None),
+                dict(self._seen[i]),
+                self._above[i],
+                self._double[i],
+                self.cases,
+            )
+            for i, t in enumerate(self.thresholds)
+        ]
 
 
 @contextlib.contextmanager
@@ -254,9 +284,12 @@ def without_local_constants() -> Iterator[None]:
     if getter is None or pool is None or cache is None:  # pragma: no cover - older Hypothesis
         yield
         return
-    empty = type(pool)(integers=type(pool.integers)(),
-                       floats=type(pool.floats)(key=providers.float_to_int),
-                       bytes=type(pool.bytes)(), strings=type(pool.strings)())
+    empty = type(pool)(
+        integers=type(pool.integers)(),
+        floats=type(pool.floats)(key=providers.float_to_int),
+        bytes=type(pool.bytes)(),
+        strings=type(pool.strings)(),
+    )
     cache.cache.clear()
     providers._get_local_constants = lambda: empty
     try:
@@ -276,8 +309,13 @@ def generated(strategy: st.SearchStrategy[Any], cases: int, *, seed: int = 0) ->
     out: list[Any] = []
 
     @hypothesis_seed(seed)
-    @settings(max_examples=cases, phases=[Phase.generate], deadline=None, database=None,
-              suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=cases,
+        phases=[Phase.generate],
+        deadline=None,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )
     @given(strategy)
     def collect(value: Any) -> None:
         out.append(value)
@@ -287,8 +325,7 @@ def generated(strategy: st.SearchStrategy[Any], cases: int, *, seed: int = 0) ->
     return out
 
 
-def crossings(target: Any, impl: Any = None, *, cases: int = 300,
-              seed: int = 0) -> list[Crossing]:
+def crossings(target: Any, impl: Any = None, *, cases: int = 300, seed: int = 0) -> list[Crossing]:
     """Generate ``cases`` inputs with ``target``'s strategy for ``impl`` (:func:`generated`) and
     report, per declared threshold, which boundaries it reached.
     """
@@ -306,6 +343,9 @@ def assert_crossed(target: Any, impl: Any = None, *, cases: int = 300, seed: int
         raise AssertionError(f"{target.name}: no thresholds declared")
     missed = [c for c in result if not c.crossed]
     if missed:
-        lines = [f"{c.threshold.name}: missing {c.missing}, 2t±1 {c.at_double}, above "
-                 f"{c.above} in {c.cases} cases" for c in missed]
+        lines = [
+            f"{c.threshold.name}: missing {c.missing}, 2t±1 {c.at_double}, above "
+            f"{c.above} in {c.cases} cases"
+            for c in missed
+        ]
         raise AssertionError(f"{target.name}: thresholds not crossed:\n" + "\n".join(lines))

@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
-from typing import Any, Callable, Sequence, Union
+from typing import Any, Callable, Sequence
 
 from fuzzkit.errors import UsageError
 from fuzzkit.target import Implementation, Target
 
-TargetSource = Union[Target, Callable[[], Target], str]
+TargetSource = Target | Callable[[], Target] | str
 
 #: Targets shipped with fuzzkit, by "module:attr" so that nothing is imported until asked for.
 BUILTIN_TARGETS: dict[str, str] = {
@@ -102,16 +102,17 @@ def get_target(name: str) -> Target:
         source = load_object(source, what=f"target {name!r}")
     target = source if isinstance(source, Target) else source()
     if not isinstance(target, Target):
-        raise UsageError(f"target {name!r} did not produce a fuzzkit Target (got "
-                         f"{type(target).__name__})")
+        raise UsageError(
+            f"target {name!r} did not produce a fuzzkit Target (got {type(target).__name__})"
+        )
     for ep in importlib.metadata.entry_points(group="fuzzkit.implementations"):
         target_name, _, impl_name = ep.name.partition(".")
         if target_name == name and impl_name:
             target.implementations[impl_name] = as_implementation(
-                load_object(ep.value, what=f"implementation {ep.name!r}"), impl_name)
+                load_object(ep.value, what=f"implementation {ep.name!r}"), impl_name
+            )
     _built[name] = target
     return target
-
 
 
 def source_packages(names: Any) -> list[str]:
@@ -135,14 +136,17 @@ def load_object(spec: str, *, what: str = "object") -> Any:
     """Import ``module:attr`` (attr may be dotted).  Errors become one-line UsageErrors."""
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
-        raise UsageError(f"{what}: {spec!r} is not of the form module:attr "
-                         "(e.g. mypkg.kernels:my_impl)")
+        raise UsageError(
+            f"{what}: {spec!r} is not of the form module:attr (e.g. mypkg.kernels:my_impl)"
+        )
     try:
         obj: Any = importlib.import_module(module_name)
     except ImportError as exc:
-        raise UsageError(f"{what}: cannot import {module_name!r} ({exc}); is it installed or on "
-                         "PYTHONPATH? (fuzzkit never imports from the current directory by "
-                         "itself: for a module here, run with PYTHONPATH=.)") from None
+        raise UsageError(
+            f"{what}: cannot import {module_name!r} ({exc}); is it installed or on "
+            "PYTHONPATH? (fuzzkit never imports from the current directory by "
+            "itself: for a module here, run with PYTHONPATH=.)"
+        ) from None
     for part in attr.split("."):
         try:
             obj = getattr(obj, part)
@@ -155,15 +159,20 @@ def as_implementation(obj: Any, name: str) -> Implementation:
     if isinstance(obj, Implementation):
         return obj
     if not callable(obj):
-        raise UsageError(f"implementation {name!r} is a {type(obj).__name__}, not a callable "
-                         "inputs -> outputs")
-    return Implementation(name=name, fn=obj, backend="external",
-                          description=(obj.__doc__ or "").strip().split("\n")[0])
+        raise UsageError(
+            f"implementation {name!r} is a {type(obj).__name__}, not a callable inputs -> outputs"
+        )
+    return Implementation(
+        name=name,
+        fn=obj,
+        backend="external",
+        description=(obj.__doc__ or "").strip().split("\n")[0],
+    )
 
 
-def implementation_named_by_file(target: Target, name: str, source: str, *,
-                                 allowed: Union[str, Sequence[str], None] = None
-                                 ) -> Implementation:
+def implementation_named_by_file(
+    target: Target, name: str, source: str, *, allowed: str | Sequence[str] | None = None
+) -> Implementation:
     """The implementation a case, sequence or state file names: a *registered* one only.
 
     A file is data, possibly from a stranger: were its ``module:attr`` imported and called with
@@ -174,7 +183,8 @@ def implementation_named_by_file(target: Target, name: str, source: str, *,
     if ":" in name and name not in chosen:
         raise UsageError(
             f"{source}: names the outside implementation {name!r}; a file cannot choose code to "
-            f"import -- if you trust it, pass --impl {name} on the command line")
+            f"import -- if you trust it, pass --impl {name} on the command line"
+        )
     if ":" in name:
         return resolve_implementation(target, name)
     return target.implementation(name)

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Mapping
 
 import oracles
 from fuzzkit.failure import Failure
 
 
-def deterministic(impl: Callable[[Mapping[str, Any]], Any],
-                  inputs: Mapping[str, Any]) -> Optional[Failure]:
+def deterministic(
+    impl: Callable[[Mapping[str, Any]], Any], inputs: Mapping[str, Any]
+) -> Failure | None:
     """The same inputs twice give bit-identical outputs: every random choice must flow from a
     seed in the inputs, or a saved case would not replay the same way."""
     failure = oracles.exact(dict(impl(inputs)), dict(impl(inputs)), name="rerun")
-    return None if failure is None else failure.with_kind(
-        "nondeterministic", "two runs of the same case differ: ")
+    return (
+        None
+        if failure is None
+        else failure.with_kind("nondeterministic", "two runs of the same case differ: ")
+    )

@@ -63,9 +63,16 @@ def result_row(result: FuzzResult, finding_paths: Any = None) -> dict[str, Any]:
     }
 
 
-def write_report(report_dir: Path, run_id: str, seed: int, budget: float,
-                 rows: list[dict[str, Any]], skipped: Iterable[dict[str, str]],
-                 findings: Iterable[tuple[str, str]], known: Any = None) -> Path:
+def write_report(
+    report_dir: Path,
+    run_id: str,
+    seed: int,
+    budget: float,
+    rows: list[dict[str, Any]],
+    skipped: Iterable[dict[str, str]],
+    findings: Iterable[tuple[str, str]],
+    known: Any = None,
+) -> Path:
     """Write the run's report directory and return the path of ``summary.json``."""
     out = report_dir / run_id
     out.mkdir(parents=True, exist_ok=True)
@@ -81,16 +88,18 @@ def write_report(report_dir: Path, run_id: str, seed: int, budget: float,
         "cases": total_cases,
         "seconds": round(total_seconds, 3),
         "cases_per_second": round(total_cases / total_seconds, 2) if total_seconds else 0.0,
-        "findings": sum(len(r.get("findings") or ([r["finding"]] if r.get("finding") else []))
-                        for r in rows),
+        "findings": sum(
+            len(r.get("findings") or ([r["finding"]] if r.get("finding") else [])) for r in rows
+        ),
         "known": known.to_json() if known is not None else [],
         "results": rows,
         "skipped": list(skipped),
     }
     for case_id, text in findings:
         atomic_write_text(out / "findings" / f"{case_id}.json", text)
-    atomic_write_text(out / "stats.jsonl", "".join(json.dumps(r, sort_keys=True) + "\n"
-                                                   for r in rows))
+    atomic_write_text(
+        out / "stats.jsonl", "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows)
+    )
     path = out / "summary.json"
     atomic_write_text(path, json.dumps(summary, indent=2, sort_keys=True) + "\n")
     return path

@@ -30,10 +30,10 @@ import io
 import json
 import math
 import os
-import tempfile
 import shlex
+import tempfile
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable
 
 import numpy as np
 
@@ -49,8 +49,9 @@ PLOTS = (
 )
 MAX_INLINE_CASE_CHARS = 100_000
 MAX_LEGEND_WORKERS = 16  # more workers: no per-worker legend (and no per-worker case lines)
-MATPLOTLIB_MISSING = ("Plots unavailable: matplotlib is not installed "
-                      "(pip install 'fuzzkit[plots]').")
+MATPLOTLIB_MISSING = (
+    "Plots unavailable: matplotlib is not installed (pip install 'fuzzkit[plots]')."
+)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -77,6 +78,11 @@ class RunData:
         return min(times) if times else 0.0
 
 
+def _event_time(event: dict[str, Any]) -> float:
+    t = event.get("t")
+    return float(t) if isinstance(t, (int, float)) else 0.0
+
+
 def load_run(run_dir: os.PathLike[str] | str) -> RunData:
     """Read ``state.json`` and ``events.jsonl``.  Raises :class:`UsageError` with one line."""
     run_dir = Path(run_dir)
@@ -85,8 +91,10 @@ def load_run(run_dir: os.PathLike[str] | str) -> RunData:
     state_path, events_path = run_dir / "state.json", run_dir / "events.jsonl"
     missing = [p.name for p in (state_path, events_path) if not p.is_file()]
     if missing:
-        raise UsageError(f"{run_dir}: not a campaign run directory (no {' or '.join(missing)}); "
-                         "give a reports/<run-id> directory written by `fuzzkit run`")
+        raise UsageError(
+            f"{run_dir}: not a campaign run directory (no {' or '.join(missing)}); "
+            "give a reports/<run-id> directory written by `fuzzkit run`"
+        )
     from fuzzkit.campaign.state import read_state
 
     state = read_state(run_dir)  # bounded and strict, one-line errors
@@ -105,9 +113,15 @@ def load_run(run_dir: os.PathLike[str] | str) -> RunData:
             else:
                 bad += 1
     events.extend(_unlogged_claims(run_dir, events))
-    events.sort(key=lambda e: e.get("t") if isinstance(e.get("t"), (int, float)) else 0.0)
-    return RunData(run_dir, state, events, bad, _optional_json(run_dir / "coverage.json"),
-                   _optional_json(run_dir / "reach.json"))
+    events.sort(key=_event_time)
+    return RunData(
+        run_dir,
+        state,
+        events,
+        bad,
+        _optional_json(run_dir / "coverage.json"),
+        _optional_json(run_dir / "reach.json"),
+    )
 
 
 def _optional_json(path: Path) -> dict[str, Any]:
@@ -129,8 +143,11 @@ def _unlogged_claims(run_dir: Path, events: list[dict[str, Any]]) -> list[dict[s
             event = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError):
             continue
-        if (isinstance(event, dict) and event.get("type") == "finding"
-                and _finding_key(event) not in logged):
+        if (
+            isinstance(event, dict)
+            and event.get("type") == "finding"
+            and _finding_key(event) not in logged
+        ):
             logged.add(_finding_key(event))
             found.append(event)
     return found
@@ -159,16 +176,18 @@ class PairStats:
 
 
 def _num(value: Any, default: float = 0.0) -> float:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) \
-        else default
+    return (
+        float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else default
+    )
 
 
 def _impl(event: dict[str, Any]) -> str:
     return str(event.get("impl", event.get("implementation")))
 
 
-def progress_series(events: Iterable[dict[str, Any]]) -> dict[tuple, list[tuple[float, int,
-                                                                                   float]]]:
+def progress_series(
+    events: Iterable[dict[str, Any]],
+) -> dict[tuple, list[tuple[float, int, float]]]:
     """(worker, target, impl, segment) -> [(t, cases, elapsed), ...] in time order."""
     series: dict[tuple, list[tuple[float, int, float]]] = {}
     segment: dict[tuple, int] = {}
@@ -233,7 +252,7 @@ def pair_stats(run: RunData, findings: list[dict[str, Any]]) -> list[PairStats]:
 # Plots
 
 
-def render_plots(run: RunData, findings: list[dict[str, Any]]) -> Optional[dict[str, bytes]]:
+def render_plots(run: RunData, findings: list[dict[str, Any]]) -> dict[str, bytes] | None:
     """PNG bytes of each plot in :data:`PLOTS`, or None when matplotlib is not installed."""
     try:
         from matplotlib.figure import Figure  # Figure + savefig uses Agg; no pyplot state
@@ -241,9 +260,12 @@ def render_plots(run: RunData, findings: list[dict[str, Any]]) -> Optional[dict[
         return None
     t0 = run.started
     series = progress_series(run.events)
-    span = max([p[0] - t0 for pts in series.values() for p in pts]
-               + [_num(f.get("t")) - t0 for f in findings] + [_num(run.state.get("elapsed"))]
-               + [1.0])
+    span = max(
+        [p[0] - t0 for pts in series.values() for p in pts]
+        + [_num(f.get("t")) - t0 for f in findings]
+        + [_num(run.state.get("elapsed"))]
+        + [1.0]
+    )
     scale, unit = (60.0, "minutes") if span > 1200 else (1.0, "seconds")
     xlabel = f"{unit} since the run started"
 
@@ -267,8 +289,12 @@ def render_plots(run: RunData, findings: list[dict[str, Any]]) -> Optional[dict[
     # 1. cumulative unique findings, one marker per finding coloured by kind
     fig, ax = figure("Findings over time (unique signatures per target/impl)", "findings")
     times = sorted((_num(f.get("t")) - t0) / scale for f in findings)
-    ax.step([0.0, *times, span / scale], [0, *range(1, len(times) + 1), len(times)],
-            where="post", color="0.35")
+    ax.step(
+        [0.0, *times, span / scale],
+        [0, *range(1, len(times) + 1), len(times)],
+        where="post",
+        color="0.35",
+    )
     kinds: dict[str, list[tuple[float, int]]] = {}
     for rank, f in enumerate(sorted(findings, key=lambda f: _num(f.get("t"))), 1):
         kinds.setdefault(str(f.get("kind")), []).append(((_num(f.get("t")) - t0) / scale, rank))
@@ -287,21 +313,31 @@ def render_plots(run: RunData, findings: list[dict[str, Any]]) -> Optional[dict[
     per_worker = _cumulative_by_worker(series, t0, scale)
     if per_worker:
         all_times = sorted({t for pts in per_worker.values() for t, _ in pts})
-        total = [sum(_value_at(pts, t) for pts in per_worker.values()) for t in all_times]
+        total: list[float] = [
+            sum(_value_at(pts, t) for pts in per_worker.values()) for t in all_times
+        ]
         if len(per_worker) <= MAX_LEGEND_WORKERS:  # the sum of the lines drawn for each worker
-            total = list(sum(np.interp(all_times, [0.0, *[p[0] for p in pts]],
-                                       [0, *[p[1] for p in pts]])
-                             for pts in per_worker.values()))
+            drawn = [
+                np.interp(all_times, [0.0, *[p[0] for p in pts]], [0, *[p[1] for p in pts]])
+                for pts in per_worker.values()
+            ]
+            total = [float(v) for v in np.sum(drawn, axis=0)]
         ax.plot([0.0, *all_times], [0, *total], color="black", lw=2, label="all workers")
         if 1 < len(per_worker) <= MAX_LEGEND_WORKERS:
             for worker, pts in _by_worker(per_worker):
-                ax.plot([0.0, *[p[0] for p in pts]], [0, *[p[1] for p in pts]], lw=1,
-                        alpha=0.8, label=f"worker {worker}")
+                ax.plot(
+                    [0.0, *[p[0] for p in pts]],
+                    [0, *[p[1] for p in pts]],
+                    lw=1,
+                    alpha=0.8,
+                    label=f"worker {worker}",
+                )
         _legend(ax, len(per_worker) + 1)
         ax.set_ylim(bottom=0)
     else:
-        ax.text(0.5, 0.5, "no progress events yet", transform=ax.transAxes, ha="center",
-                color="gray")
+        ax.text(
+            0.5, 0.5, "no progress events yet", transform=ax.transAxes, ha="center", color="gray"
+        )
     out["cases_over_time"] = png(fig)
 
     # 3. cases per second per worker: rate between consecutive progress events
@@ -310,17 +346,24 @@ def render_plots(run: RunData, findings: list[dict[str, Any]]) -> Optional[dict[
     rates = _rates_by_worker(series, t0, scale, window)
     many = len(rates) > MAX_LEGEND_WORKERS
     for worker, pts in _by_worker(rates):
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], lw=0.8 if many else 1.2,
-                alpha=0.6 if many else 0.9, marker="." if len(pts) <= 120 else None, ms=4,
-                label=None if many else f"worker {worker}")
+        ax.plot(
+            [p[0] for p in pts],
+            [p[1] for p in pts],
+            lw=0.8 if many else 1.2,
+            alpha=0.6 if many else 0.9,
+            marker="." if len(pts) <= 120 else None,
+            ms=4,
+            label=None if many else f"worker {worker}",
+        )
     if many:
         ax.set_title(f"{ax.get_title()}, {len(rates)} workers")
     if rates:
         _legend(ax, 0 if many else len(rates))
         ax.set_ylim(0, max(r for pts in rates.values() for _, r in pts) * 1.25 or 1.0)
     else:
-        ax.text(0.5, 0.5, "no progress events yet", transform=ax.transAxes, ha="center",
-                color="gray")
+        ax.text(
+            0.5, 0.5, "no progress events yet", transform=ax.transAxes, ha="center", color="gray"
+        )
     out["cases_per_second_per_worker"] = png(fig)
 
     # 4. branch coverage over time, per target/impl (``--coverage`` runs only)
@@ -334,8 +377,12 @@ def render_plots(run: RunData, findings: list[dict[str, Any]]) -> Optional[dict[
         for label, cov in sorted(run.coverage.items()):
             points = [p for p in cov.get("timeline", []) if isinstance(p, list) and len(p) == 2]
             if points:
-                ax.plot([0.0, *[p[0] for p in points]], [0.0, *[p[1] for p in points]],
-                        marker="." if len(points) < 60 else None, label=label)
+                ax.plot(
+                    [0.0, *[p[0] for p in points]],
+                    [0.0, *[p[1] for p in points]],
+                    marker="." if len(points) < 60 else None,
+                    label=label,
+                )
         ax.set_ylim(0, 101)
         _legend(ax, len(run.coverage))
         out["coverage_over_time"] = png(fig)
@@ -353,12 +400,12 @@ def _legend(ax: Any, entries: int) -> None:
     if entries <= 3:
         ax.legend(loc="best", fontsize="small")
     else:
-        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small",
-                  borderaxespad=0.0)
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small", borderaxespad=0.0)
 
 
-def _cumulative_by_worker(series: dict[tuple, list], t0: float,
-                          scale: float) -> dict[Any, list[tuple[float, int]]]:
+def _cumulative_by_worker(
+    series: dict[tuple, list], t0: float, scale: float
+) -> dict[Any, list[tuple[float, int]]]:
     """worker -> [(x, cases so far over all its pairs and segments)] at each of its events."""
     by_worker: dict[Any, list[tuple[float, tuple, int]]] = {}
     for key, points in series.items():
@@ -381,8 +428,9 @@ def _value_at(points: list[tuple[float, int]], x: float) -> int:
     return points[i - 1][1] if i else 0
 
 
-def _rates_by_worker(series: dict[tuple, list], t0: float, scale: float,
-                     window: float) -> dict[Any, list[tuple[float, float]]]:
+def _rates_by_worker(
+    series: dict[tuple, list], t0: float, scale: float, window: float
+) -> dict[Any, list[tuple[float, float]]]:
     """worker -> [(x, cases/s)]: each progress event's rate over the trailing ``window`` seconds
     of its stream (1 s heartbeats of slow targets would otherwise jump between 0 and a few)."""
     out: dict[Any, list[tuple[float, float]]] = {}
@@ -407,13 +455,16 @@ def _rates_by_worker(series: dict[tuple, list], t0: float, scale: float,
 # Case files
 
 
-def resolve_case_path(run: RunData, path_text: Any) -> Optional[Path]:
+def resolve_case_path(run: RunData, path_text: Any) -> Path | None:
     """Where a finding's case file is: as written, else relative to the run dir or its parents."""
     if not isinstance(path_text, str) or not path_text:
         return None
     path = Path(path_text)
-    candidates = [path] if path.is_absolute() else [
-        path, run.run_dir / path, run.run_dir.parent / path, run.run_dir.parent.parent / path]
+    candidates = (
+        [path]
+        if path.is_absolute()
+        else [path, run.run_dir / path, run.run_dir.parent / path, run.run_dir.parent.parent / path]
+    )
     candidates.append(run.run_dir / "findings" / path.name)
     for candidate in candidates:
         if candidate.is_file():
@@ -428,7 +479,7 @@ def _case_block(run: RunData, finding: dict[str, Any]) -> str:
     path_text = finding.get("case")
     path = resolve_case_path(run, path_text)
     if path is None:
-        return (f'<p class="bad">case file not found: <code>{_e(path_text)}</code></p>')
+        return f'<p class="bad">case file not found: <code>{_e(path_text)}</code></p>'
     shown = path_text if Path(str(path_text)) == path else str(path)
     replay = f"fuzzkit replay {shlex.quote(str(shown))}"
     try:
@@ -448,12 +499,16 @@ def _case_block(run: RunData, finding: dict[str, Any]) -> str:
     except json.JSONDecodeError:
         pretty = text
     if len(pretty) > MAX_INLINE_CASE_CHARS:
-        pretty = (pretty[:MAX_INLINE_CASE_CHARS]
-                  + f"\n... ({len(pretty) - MAX_INLINE_CASE_CHARS} more characters in the file)")
-    return (f'<p>case: <code class="path">{_e(shown)}</code></p>'
-            f'<p>replay: <code class="cmd">{_e(replay)}</code></p>{note}'
-            f"<details><summary>case file ({len(text)} bytes)</summary>"
-            f"<pre>{_e(pretty)}</pre></details>")
+        pretty = (
+            pretty[:MAX_INLINE_CASE_CHARS]
+            + f"\n... ({len(pretty) - MAX_INLINE_CASE_CHARS} more characters in the file)"
+        )
+    return (
+        f'<p>case: <code class="path">{_e(shown)}</code></p>'
+        f'<p>replay: <code class="cmd">{_e(replay)}</code></p>{note}'
+        f"<details><summary>case file ({len(text)} bytes)</summary>"
+        f"<pre>{_e(pretty)}</pre></details>"
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -494,7 +549,7 @@ background:#fffafa}.finding h3{font-size:1em;margin:.5em 0}.msg{white-space:pre-
 """
 
 
-def render_html(run: RunData, plots: Optional[dict[str, bytes]]) -> str:
+def render_html(run: RunData, plots: dict[str, bytes] | None) -> str:
     state = run.state
     findings = unique_findings(run.events)
     stats = pair_stats(run, findings)
@@ -520,38 +575,73 @@ def render_html(run: RunData, plots: Optional[dict[str, bytes]]) -> str:
         ("workers", _e(state.get("workers"))),
         ("isolate", _e(state.get("isolate"))),
         ("corpus", f"<code>{_e(state.get('corpus'))}</code>"),
-        ("plan", _e(", ".join("/".join(map(str, p)) for p in plan
-                              if isinstance(p, (list, tuple))) or "-")),
-        ("report", _e(f"generated {_fmt_time(_dt.datetime.now(_dt.timezone.utc).timestamp())} "
-                      f"by fuzzkit {__version__}")),
+        (
+            "plan",
+            _e(
+                ", ".join("/".join(map(str, p)) for p in plan if isinstance(p, (list, tuple)))
+                or "-"
+            ),
+        ),
+        (
+            "report",
+            _e(
+                f"generated {_fmt_time(_dt.datetime.now(_dt.timezone.utc).timestamp())} "
+                f"by fuzzkit {__version__}"
+            ),
+        ),
     ]
-    parts.append('<table class="meta"><tbody>' + "".join(
-        f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in meta) + "</tbody></table>")
+    parts.append(
+        '<table class="meta"><tbody>'
+        + "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in meta)
+        + "</tbody></table>"
+    )
     if run.bad_lines:
-        parts.append(f'<p class="note">{run.bad_lines} unreadable line(s) in events.jsonl '
-                     "were skipped.</p>")
+        parts.append(
+            f'<p class="note">{run.bad_lines} unreadable line(s) in events.jsonl were skipped.</p>'
+        )
 
     # summary table
     parts.append('<h2 id="summary">Summary</h2>')
     rows = []
     for s in stats:
         rate = s.cases / s.elapsed if s.elapsed > 0 else 0.0
-        rows.append([_e(s.target), _e(s.impl), _num_cell(s.cases), _num_cell(f"{rate:.1f}"),
-                     _num_cell(s.findings), _num_cell(f"{s.elapsed:.1f}"),
-                     _e(", ".join(str(w) for w in sorted(s.workers, key=str)) or "-")])
+        rows.append(
+            [
+                _e(s.target),
+                _e(s.impl),
+                _num_cell(s.cases),
+                _num_cell(f"{rate:.1f}"),
+                _num_cell(s.findings),
+                _num_cell(f"{s.elapsed:.1f}"),
+                _e(", ".join(str(w) for w in sorted(s.workers, key=str)) or "-"),
+            ]
+        )
     total_cases = sum(s.cases for s in stats)
     wall = _num(state.get("elapsed"))
     if not wall:
         times = [_num(e.get("t")) for e in run.events]
         wall = max(times) - run.started if times else 0.0
-    rows.append(["total", "", _num_cell(total_cases),
-                 _num_cell(f"{total_cases / wall:.1f}" if wall > 0 else "0.0"),
-                 _num_cell(len(findings)), _num_cell(f"{wall:.1f} (wall)"), ""])
-    table = _table(["target", "impl", "cases", "cases/s", "findings", "elapsed (worker-s)",
-                    "workers"], rows, "summary")
+    rows.append(
+        [
+            "total",
+            "",
+            _num_cell(total_cases),
+            _num_cell(f"{total_cases / wall:.1f}" if wall > 0 else "0.0"),
+            _num_cell(len(findings)),
+            _num_cell(f"{wall:.1f} (wall)"),
+            "",
+        ]
+    )
+    table = _table(
+        ["target", "impl", "cases", "cases/s", "findings", "elapsed (worker-s)", "workers"],
+        rows,
+        "summary",
+    )
     parts.append(table.replace("<tr><td>total</td>", '<tr class="total"><td>total</td>'))
-    parts.append('<p class="note">cases/s of a row: its cases over the worker-seconds spent '
-                 "on it; of the total: all cases over the run's wall-clock time.</p>")
+    parts.append(
+        '<p class="note">cases/s of a row: its cases over the worker-seconds spent '
+        "on it; of the total: all cases over the run's wall-clock time.</p>"
+    )
 
     # plots
     parts.append('<h2 id="plots">Plots</h2>')
@@ -562,8 +652,10 @@ def render_html(run: RunData, plots: Optional[dict[str, bytes]]) -> str:
             if stem not in plots:
                 continue
             data = base64.b64encode(plots[stem]).decode("ascii")
-            parts.append(f'<figure><img alt="{_e(title)}" title="{_e(title)}" '
-                         f'src="data:image/png;base64,{data}"></figure>')
+            parts.append(
+                f'<figure><img alt="{_e(title)}" title="{_e(title)}" '
+                f'src="data:image/png;base64,{data}"></figure>'
+            )
     parts.extend(_coverage_section(run.coverage))
     parts.extend(_reach_section(run.reach))
 
@@ -572,15 +664,20 @@ def render_html(run: RunData, plots: Optional[dict[str, bytes]]) -> str:
     if not findings:
         parts.append("<p>No findings.</p>")
     for n, f in enumerate(findings, 1):
-        seen = (f" &middot; reported {f['seen']} times by workers "
-                f"{_e(', '.join(map(str, f['workers'])))}" if f["seen"] > 1 else "")
+        seen = (
+            f" &middot; reported {f['seen']} times by workers "
+            f"{_e(', '.join(map(str, f['workers'])))}"
+            if f["seen"] > 1
+            else ""
+        )
         parts.append(
             f'<div class="finding" id="finding-{n}"><h3>{n}. <code>{_e(f.get("signature"))}'
             f"</code> &middot; {_e(f.get('kind'))}</h3>"
             f"<p>{_e(f.get('target'))} / {_e(_impl(f))} &middot; worker "
             f"{_e(f.get('worker'))} &middot; at {_e(_fmt_time(f.get('t')))} "
             f"(+{_num(f.get('t')) - run.started:.1f} s){seen}</p>"
-            f'<p class="msg">{_e(f.get("message"))}</p>{_case_block(run, f)}</div>')
+            f'<p class="msg">{_e(f.get("message"))}</p>{_case_block(run, f)}</div>'
+        )
 
     # other signatures a run saw besides the one it kept per target/impl
     others: dict[tuple[str, str, str], int] = {}
@@ -590,9 +687,15 @@ def render_html(run: RunData, plots: Optional[dict[str, bytes]]) -> str:
             others[key] = others.get(key, 0) + int(_num(e.get("count"), 1))
     if others:
         parts.append('<h2 id="other-signatures">Other signatures seen</h2>')
-        parts.append(_table(["target", "impl", "signature", "times"],
-                            [[_e(t), _e(i), f"<code>{_e(sig)}</code>", _num_cell(n)]
-                             for (t, i, sig), n in sorted(others.items())]))
+        parts.append(
+            _table(
+                ["target", "impl", "signature", "times"],
+                [
+                    [_e(t), _e(i), f"<code>{_e(sig)}</code>", _num_cell(n)]
+                    for (t, i, sig), n in sorted(others.items())
+                ],
+            )
+        )
 
     # worker incidents
     incidents = [e for e in run.events if e.get("type") in ("worker_hung", "worker_replaced")]
@@ -604,8 +707,14 @@ def render_html(run: RunData, plots: Optional[dict[str, bytes]]) -> str:
         rows = []
         for e in incidents:
             extra = {k: v for k, v in e.items() if k not in ("t", "worker", "type")}
-            rows.append([_e(_fmt_time(e.get("t"))), _e(e.get("worker")), _e(e.get("type")),
-                         f"<code>{_e(json.dumps(extra, sort_keys=True, default=str))}</code>"])
+            rows.append(
+                [
+                    _e(_fmt_time(e.get("t"))),
+                    _e(e.get("worker")),
+                    _e(e.get("type")),
+                    f"<code>{_e(json.dumps(extra, sort_keys=True, default=str))}</code>",
+                ]
+            )
         parts.append(_table(["time", "worker", "event", "details"], rows))
     parts.append("</body></html>\n")
     return "\n".join(parts)
@@ -618,25 +727,39 @@ def _coverage_section(coverage: dict[str, Any]) -> list[str]:
     parts = ['<h2 id="coverage">Coverage of the code under test</h2>']
     rows = []
     for label, c in sorted(coverage.items()):
-        rows.append([_e(label), _num_cell(f"{_num(c.get('branch_percent')):.1f}"),
-                     _num_cell(f"{c.get('covered_branches', 0)}/{c.get('branches', 0)}"),
-                     _num_cell(f"{_num(c.get('line_percent')):.1f}"),
-                     _num_cell(len(c.get("missing_branches", []))),
-                     _num_cell(len(c.get("excluded", [])))])
-    parts.append(_table(["target/impl", "branch %", "branches", "line %", "never taken",
-                         "excluded"], rows))
+        rows.append(
+            [
+                _e(label),
+                _num_cell(f"{_num(c.get('branch_percent')):.1f}"),
+                _num_cell(f"{c.get('covered_branches', 0)}/{c.get('branches', 0)}"),
+                _num_cell(f"{_num(c.get('line_percent')):.1f}"),
+                _num_cell(len(c.get("missing_branches", []))),
+                _num_cell(len(c.get("excluded", []))),
+            ]
+        )
+    parts.append(
+        _table(["target/impl", "branch %", "branches", "line %", "never taken", "excluded"], rows)
+    )
     for label, c in sorted(coverage.items()):
         missing = c.get("missing_branches", [])
         excluded = c.get("excluded", [])
         if missing:
-            parts.append(f"<details><summary>{_e(label)}: {len(missing)} branch(es) never "
-                         "taken</summary><pre>" + _e("\n".join(map(str, missing[:2000])))
-                         + "</pre></details>")
+            parts.append(
+                f"<details><summary>{_e(label)}: {len(missing)} branch(es) never "
+                "taken</summary><pre>"
+                + _e("\n".join(map(str, missing[:2000])))
+                + "</pre></details>"
+            )
         if excluded:
-            lines = [f"{e.get('file')}:{e.get('line')} (no {e.get('kind')}): "
-                     f"{e.get('reason') or 'NO REASON GIVEN'}" for e in excluded]
-            parts.append(f"<details><summary>{_e(label)}: {len(excluded)} exclusion(s)"
-                         "</summary><pre>" + _e("\n".join(lines)) + "</pre></details>")
+            lines = [
+                f"{e.get('file')}:{e.get('line')} (no {e.get('kind')}): "
+                f"{e.get('reason') or 'NO REASON GIVEN'}"
+                for e in excluded
+            ]
+            parts.append(
+                f"<details><summary>{_e(label)}: {len(excluded)} exclusion(s)"
+                "</summary><pre>" + _e("\n".join(lines)) + "</pre></details>"
+            )
     return parts
 
 
@@ -650,20 +773,37 @@ def _reach_section(reach: dict[str, Any]) -> list[str]:
         operations = (r.get("operations") or {}).get("operations") or {}
         pairs = (r.get("operations") or {}).get("pairs") or {}
         if thresholds:
-            rows = [[_e(f"{t.get('size')}={t.get('value')}"), _e(t.get("what")),
-                     _e(", ".join(f"{k}: {v}" for k, v in (t.get("seen") or {}).items())),
-                     _num_cell(t.get("above", 0)), _e("yes" if t.get("crossed") else "NO")]
-                    for t in thresholds]
+            rows = [
+                [
+                    _e(f"{t.get('size')}={t.get('value')}"),
+                    _e(t.get("what")),
+                    _e(", ".join(f"{k}: {v}" for k, v in (t.get("seen") or {}).items())),
+                    _num_cell(t.get("above", 0)),
+                    _e("yes" if t.get("crossed") else "NO"),
+                ]
+                for t in thresholds
+            ]
             parts.append(f"<h3>{_e(label)}: thresholds</h3>")
-            parts.append(_table(["threshold", "what", "boundary sizes seen (cases)",
-                                 "above 2t+1", "crossed"], rows))
+            parts.append(
+                _table(
+                    ["threshold", "what", "boundary sizes seen (cases)", "above 2t+1", "crossed"],
+                    rows,
+                )
+            )
         if operations:
             parts.append(f"<h3>{_e(label)}: operations</h3>")
-            parts.append(_table(["operation", "count"], [[f"<code>{_e(k)}</code>", _num_cell(v)]
-                                                         for k, v in operations.items()]))
-            parts.append(f"<details><summary>{len(pairs)} ordered pairs</summary><pre>"
-                         + _e("\n".join(f"{k}: {v}" for k, v in pairs.items())) + "</pre>"
-                         "</details>")
+            parts.append(
+                _table(
+                    ["operation", "count"],
+                    [[f"<code>{_e(k)}</code>", _num_cell(v)] for k, v in operations.items()],
+                )
+            )
+            parts.append(
+                f"<details><summary>{len(pairs)} ordered pairs</summary><pre>"
+                + _e("\n".join(f"{k}: {v}" for k, v in pairs.items()))
+                + "</pre>"
+                "</details>"
+            )
     return parts
 
 
@@ -694,6 +834,7 @@ def write_html(run_dir: os.PathLike[str] | str) -> Path:
         for stem, data in plots.items():
             _atomic_write_bytes(plot_dir / f"{stem}.png", data)
     out = run.run_dir / "index.html"
-    atomic_write_text(out, render_html(run, plots).encode("ascii", "xmlcharrefreplace")
-                      .decode("ascii"))
+    atomic_write_text(
+        out, render_html(run, plots).encode("ascii", "xmlcharrefreplace").decode("ascii")
+    )
     return out

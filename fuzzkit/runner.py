@@ -17,7 +17,7 @@ import threading
 import traceback
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator
 
 from fuzzkit.failure import Failure
 from fuzzkit.target import Implementation, Inputs, Target
@@ -37,7 +37,7 @@ def _raise_if_timed_out(exc: BaseException) -> None:
     raised during compilation into an ``InductorError``); without this a slow compile under load
     would be reported as a crash at the library frame where the alarm happened to land."""
     seen: set[int] = set()
-    current: Optional[BaseException] = exc
+    current: BaseException | None = exc
     while current is not None and id(current) not in seen:
         if isinstance(current, CaseTimeout):
             raise CaseTimeout() from exc
@@ -49,7 +49,7 @@ def _raise_if_timed_out(exc: BaseException) -> None:
 class Verdict:
     """What one case did: the failure (or None) plus the outputs, for reports and debugging."""
 
-    failure: Optional[Failure]
+    failure: Failure | None
     expected: Any = None
     actual: Any = None
 
@@ -65,7 +65,7 @@ def check_case(
     *,
     properties: bool = True,
     confirm: bool = True,
-    timeout: Optional[float] = None,
+    timeout: float | None = None,
 ) -> Verdict:
     """Run ``impl`` and the reference on ``inputs``; judge with the oracle and the properties.
 
@@ -79,13 +79,15 @@ def check_case(
     if again.failure is None or again.failure.signature != verdict.failure.signature:
         second = again.failure.signature if again.failure else "a pass"
         failure = verdict.failure.with_kind(
-            "nondeterministic", prefix=f"re-run gave {second}; first run: ")
+            "nondeterministic", prefix=f"re-run gave {second}; first run: "
+        )
         return Verdict(failure, verdict.expected, verdict.actual)
     return verdict
 
 
-def _check_once(target: Target, impl: Implementation, inputs: Inputs, properties: bool,
-                timeout: Optional[float]) -> Verdict:
+def _check_once(
+    target: Target, impl: Implementation, inputs: Inputs, properties: bool, timeout: float | None
+) -> Verdict:
     # Reference and implementation get their own copies: one that writes into its inputs must
     # not change what the other sees, nor the case that gets saved.
     try:
@@ -130,8 +132,14 @@ def _check_once(target: Target, impl: Implementation, inputs: Inputs, properties
                         break
             return Verdict(failure, expected, actual)
     except CaseTimeout:
-        return Verdict(Failure("timeout", f"case ran past its {timeout:g} s limit",
-                               f"timeout:{target.name}:{impl.name}", {"limit_s": timeout}))
+        return Verdict(
+            Failure(
+                "timeout",
+                f"case ran past its {timeout:g} s limit",
+                f"timeout:{target.name}:{impl.name}",
+                {"limit_s": timeout},
+            )
+        )
 
 
 def _localized(target: Target, impl: Implementation, inputs: Inputs, failure: Failure) -> Failure:
@@ -149,11 +157,19 @@ def _localized(target: Target, impl: Implementation, inputs: Inputs, failure: Fa
     except Exception as exc:  # noqa: BLE001 - a broken hook must not hide the finding
         _raise_if_timed_out(exc)
         note = f"localization failed: {type(exc).__name__}: {exc}".splitlines()[0][:300]
-        return Failure(failure.kind, failure.message, failure.signature,
-                       {**failure.details, "localization": note})
+        return Failure(
+            failure.kind,
+            failure.message,
+            failure.signature,
+            {**failure.details, "localization": note},
+        )
     if located.kind != failure.kind or located.signature != failure.signature:
-        return Failure(failure.kind, failure.message, failure.signature,
-                       {**failure.details, "localization": "hook changed the signature; ignored"})
+        return Failure(
+            failure.kind,
+            failure.message,
+            failure.signature,
+            {**failure.details, "localization": "hook changed the signature; ignored"},
+        )
     return located
 
 
@@ -173,12 +189,16 @@ def crash_failure(exc: BaseException, *, where: str) -> Failure:
         message,
         f"crash:{where + ':' if where in ('reference', 'oracle') else ''}"
         f"{type(exc).__name__}@{location}",
-        {"exception": type(exc).__name__, "where": where, "frame": location,
-         "traceback": tb[-4000:]},
+        {
+            "exception": type(exc).__name__,
+            "where": where,
+            "frame": location,
+            "traceback": tb[-4000:],
+        },
     )
 
 
-def innermost_user_frame(tb: Optional[TracebackType]) -> Optional[tuple[str, str]]:
+def innermost_user_frame(tb: TracebackType | None) -> tuple[str, str] | None:
     """(file, function) of the innermost frame that belongs to code under test.
 
     Library frames (numpy, torch, triton, the standard library) and fuzzkit's own harness are
@@ -223,14 +243,18 @@ def _short_path(path: str) -> str:
 
 
 @contextlib.contextmanager
-def time_limit(seconds: Optional[float]) -> Iterator[None]:
+def time_limit(seconds: float | None) -> Iterator[None]:
     """Interrupt Python code that runs past ``seconds`` (main thread, POSIX only).
 
     Native code that never returns to the interpreter cannot be interrupted this way; campaigns
     isolate such cases in a subprocess instead.
     """
-    usable = (seconds is not None and seconds > 0 and hasattr(signal, "setitimer")
-              and threading.current_thread() is threading.main_thread())
+    usable = (
+        seconds is not None
+        and seconds > 0
+        and hasattr(signal, "setitimer")
+        and threading.current_thread() is threading.main_thread()
+    )
     if not usable:
         yield
         return
@@ -238,6 +262,7 @@ def time_limit(seconds: Optional[float]) -> Iterator[None]:
     def on_alarm(signum: int, frame: Any) -> None:
         raise CaseTimeout()
 
+    assert seconds is not None  # usable
     previous = signal.signal(signal.SIGALRM, on_alarm)
     signal.setitimer(signal.ITIMER_REAL, seconds)
     try:

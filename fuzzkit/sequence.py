@@ -18,18 +18,36 @@ import dataclasses
 import hashlib
 import os
 from pathlib import Path
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Sequence
 
 from fuzzkit import __version__
-from fuzzkit.case import (Case, CaseFileError, SavedAsJson, canonical_json, check_id,
-                          decode_inputs, encode_value, from_json, parse_header, parse_json,
-                          read_bounded)
+from fuzzkit.case import (
+    Case,
+    CaseFileError,
+    SavedAsJson,
+    canonical_json,
+    check_id,
+    decode_inputs,
+    encode_value,
+    from_json,
+    parse_header,
+    parse_json,
+    read_bounded,
+)
 from fuzzkit.failure import Failure
 
 FORMAT = "fuzzkit-sequence/1"
 MAX_STEPS = 4096
-_TOP_KEYS = {"format", "id", "fuzzkit_version", "target", "implementation", "origin", "steps",
-             "failure"}
+_TOP_KEYS = {
+    "format",
+    "id",
+    "fuzzkit_version",
+    "target",
+    "implementation",
+    "origin",
+    "steps",
+    "failure",
+}
 
 
 @dataclasses.dataclass
@@ -39,25 +57,35 @@ class CaseSequence(SavedAsJson):
     target: str
     implementation: str
     steps: list[dict[str, Any]]
-    failure: Optional[Failure] = None
+    failure: Failure | None = None
     origin: str = "unknown"
     fuzzkit_version: str = __version__
 
     @property
     def case_id(self) -> str:
-        key = {"target": self.target, "implementation": self.implementation,
-               "steps": [encode_value(s) for s in self.steps]}
+        key = {
+            "target": self.target,
+            "implementation": self.implementation,
+            "steps": [encode_value(s) for s in self.steps],
+        }
         return hashlib.sha256(canonical_json(key).encode("ascii")).hexdigest()[:20]
 
     def cases(self) -> list[Case]:
-        return [Case(self.target, self.implementation, step, origin=self.origin)
-                for step in self.steps]
+        return [
+            Case(self.target, self.implementation, step, origin=self.origin) for step in self.steps
+        ]
 
     def to_json(self) -> dict[str, Any]:
-        return {"format": FORMAT, "id": self.case_id, "fuzzkit_version": self.fuzzkit_version,
-                "target": self.target, "implementation": self.implementation,
-                "origin": self.origin, "steps": [encode_value(s) for s in self.steps],
-                "failure": self.failure.to_json() if self.failure else None}
+        return {
+            "format": FORMAT,
+            "id": self.case_id,
+            "fuzzkit_version": self.fuzzkit_version,
+            "target": self.target,
+            "implementation": self.implementation,
+            "origin": self.origin,
+            "steps": [encode_value(s) for s in self.steps],
+            "failure": self.failure.to_json() if self.failure else None,
+        }
 
 
 def from_data(data: Any, source: str = "<sequence>") -> CaseSequence:
@@ -70,19 +98,25 @@ def from_data(data: Any, source: str = "<sequence>") -> CaseSequence:
         if not isinstance(step, dict):
             raise CaseFileError(f"{source}: step {i} must be a JSON object of inputs")
         decoded.append(decode_inputs(step, f"steps[{i}]", source))
-    sequence = CaseSequence(header.target, header.implementation, decoded, header.failure,
-                            header.origin, header.fuzzkit_version)
+    sequence = CaseSequence(
+        header.target,
+        header.implementation,
+        decoded,
+        header.failure,
+        header.origin,
+        header.fuzzkit_version,
+    )
     check_id(header.file_id, sequence.case_id, source)
     return sequence
 
 
-def load_any(path: os.PathLike[str] | str) -> Union[Case, CaseSequence]:
+def load_any(path: os.PathLike[str] | str) -> Case | CaseSequence:
     """A case file or a case sequence, whichever ``path`` holds (validated, bounded)."""
     p = Path(path)
     return loads_any(read_bounded(p), str(p))
 
 
-def loads_any(text: Union[str, bytes], source: str = "<file>") -> Union[Case, CaseSequence]:
+def loads_any(text: str | bytes, source: str = "<file>") -> Case | CaseSequence:
     """The case or sequence in a file's contents (validated, bounded)."""
     data = parse_json(text, source)
     if isinstance(data, dict) and data.get("format") == FORMAT:
@@ -90,11 +124,13 @@ def loads_any(text: Union[str, bytes], source: str = "<file>") -> Union[Case, Ca
     return from_json(data, source)
 
 
-def replay(target: Any, impl: Any, steps: Sequence[dict[str, Any]], *,
-           timeout: Optional[float] = None) -> list[Optional[Failure]]:
+def replay(
+    target: Any, impl: Any, steps: Sequence[dict[str, Any]], *, timeout: float | None = None
+) -> list[Failure | None]:
     """Run every step in order in this process, as the fuzzing run did (reference,
     implementation, oracle, properties); the failure of each (None for a pass)."""
     from fuzzkit.runner import check_case
 
-    return [check_case(target, impl, step, confirm=False, timeout=timeout).failure
-            for step in steps]
+    return [
+        check_case(target, impl, step, confirm=False, timeout=timeout).failure for step in steps
+    ]

@@ -14,15 +14,15 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from typing import Any, Callable, ContextManager, Iterator, Mapping, Optional, Sequence
+from typing import Any, Callable, ContextManager, Iterator, Mapping, Sequence
 
 from fuzzkit.failure import Failure
 
 Inputs = dict[str, Any]
 Outputs = Any
-Oracle = Callable[[Inputs, Outputs, Outputs], Optional[Failure]]
+Oracle = Callable[[Inputs, Outputs, Outputs], Failure | None]
 #: A property runs one implementation (possibly several times, for metamorphic relations).
-PropertyCheck = Callable[[Callable[[Inputs], Outputs], Inputs], Optional[Failure]]
+PropertyCheck = Callable[[Callable[[Inputs], Outputs], Inputs], Failure | None]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,8 +45,10 @@ class lazy:  # noqa: N801 - used like a function: lazy("pkg.mod:attr")
 def _described_thresholds(declared: Any) -> list[dict[str, Any]]:
     from fuzzkit import reach
 
-    return [{"size": t.size, "value": t.value, "what": t.what, "cap": t.cap}
-            for t in reach.resolve(declared)]
+    return [
+        {"size": t.size, "value": t.value, "what": t.what, "cap": t.cap}
+        for t in reach.resolve(declared)
+    ]
 
 
 def _accepts_keyword(fn: Any, name: str) -> bool:
@@ -78,7 +80,7 @@ class Implementation:
     fn: Callable[[Inputs], Outputs]
     backend: str = "python"
     description: str = ""
-    unavailable: Callable[[], Optional[str]] = lambda: None
+    unavailable: Callable[[], str | None] = lambda: None
     #: The sizes where this implementation's code changes path (tiles, table growth, heap
     #: compaction, policy cut-offs), as :class:`fuzzkit.reach.Threshold` records or a callable
     #: returning them (tile sizes may differ under the interpreter); strategies aim at them.
@@ -135,23 +137,23 @@ class Target:
 
     name: str
     description: str
-    strategy: Callable[[], Any]
+    strategy: Callable[..., Any]
     reference: Callable[[Inputs], Outputs]
     implementations: dict[str, Implementation]
     oracle: Oracle
     properties: Sequence[Property] = ()
     mutants: Sequence[Mutant] = ()
     reducible: Sequence[str] = ()
-    validate: Optional[Callable[[Inputs], Optional[str]]] = None
+    validate: Callable[[Inputs], str | None] | None = None
     #: How an outside object given with ``--impl module:attr`` becomes an implementation; None
     #: means it must already be a callable ``inputs -> outputs``.  Stateful targets use it to
     #: accept a manager *class* and drive it through programs.
-    adapt_external: Optional[Callable[[Any, str], Implementation]] = None
+    adapt_external: Callable[[Any, str], Implementation] | None = None
     #: Where a failure of a batched input comes from: given the implementation (as a callable),
     #: the failing inputs and the failure, return the same failure with the culprit named (e.g.
     #: re-run with one batch slot at a time neutralised).  The runner calls it after an oracle
     #: failure or a crash of the implementation; it must keep the failure's kind and signature.
-    localize: Optional[Callable[[Callable[[Inputs], Outputs], Inputs, Failure], Failure]] = None
+    localize: Callable[[Callable[[Inputs], Outputs], Inputs, Failure], Failure] | None = None
     #: Thresholds of code every implementation runs through (a driver, a shared encoder); see
     #: :class:`Implementation.thresholds`.
     thresholds: Any = ()
@@ -160,7 +162,7 @@ class Target:
     sizes: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     #: The operations a case performs, in order (stateful targets: the program's ops), for the
     #: per-operation and per-pair counts of a run; None: ``op`` of each ``inputs["program"]`` step.
-    events: Optional[Callable[[Inputs], Sequence[str]]] = None
+    events: Callable[[Inputs], Sequence[str]] | None = None
     #: Modules every implementation runs through (drivers, shared layers): measured by
     #: ``--coverage`` together with the implementation's own ``sources``.
     sources: Sequence[str] = ()
@@ -180,7 +182,7 @@ class Target:
                     f"{m.implementation!r}"
                 )
 
-    def thresholds_for(self, impl: Optional[Implementation] = None) -> tuple[Any, ...]:
+    def thresholds_for(self, impl: Implementation | None = None) -> tuple[Any, ...]:
         """The thresholds a strategy aims at when fuzzing ``impl``: the target's own plus the
         implementation's (every implementation's, when ``impl`` is None)."""
         from fuzzkit import reach
@@ -191,7 +193,7 @@ class Target:
             found.extend(reach.resolve(i.thresholds))
         return tuple(dict.fromkeys(found))
 
-    def strategy_for(self, impl: Optional[Implementation] = None) -> Any:
+    def strategy_for(self, impl: Implementation | None = None) -> Any:
         """The Hypothesis strategy for fuzzing ``impl``: ``strategy(thresholds=...)`` when the
         strategy takes them, else ``strategy()``."""
         if _accepts_keyword(self.strategy, "thresholds"):
@@ -247,8 +249,9 @@ class Target:
                 for impl in self.implementations.values()
             ],
             "thresholds": _described_thresholds(self.thresholds),
-            "limits": [{"name": lim.name, "default": lim.default, "what": lim.what}
-                       for lim in self.limits],
+            "limits": [
+                {"name": lim.name, "default": lim.default, "what": lim.what} for lim in self.limits
+            ],
             "properties": [p.name for p in self.properties],
             "mutants": [
                 {

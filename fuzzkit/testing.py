@@ -1,17 +1,17 @@
 """Helpers for writing your own properties against a fuzzkit target in pytest.
 
-    from hypothesis import given
-    from fuzzkit.testing import target_inputs, assert_agrees
+from hypothesis import given
+from fuzzkit.testing import target_inputs, assert_agrees
 
-    @pytest.mark.fuzzkit_target("quant")
-    @given(inputs=target_inputs("quant"))
-    def test_my_kernel(fuzzkit_target, inputs):
-        assert_agrees(fuzzkit_target, my_kernel, inputs)
+@pytest.mark.fuzzkit_target("quant")
+@given(inputs=target_inputs("quant"))
+def test_my_kernel(fuzzkit_target, inputs):
+    assert_agrees(fuzzkit_target, my_kernel, inputs)
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable
 
 from fuzzkit.failure import Failure
 from fuzzkit.registry import as_implementation, get_target
@@ -24,8 +24,13 @@ def target_inputs(name: str) -> Any:
     return get_target(name).strategy_for()
 
 
-def assert_agrees(target: Union[Target, str], impl: Union[Implementation, Callable[[Inputs], Any]],
-                  inputs: Inputs, *, properties: bool = True) -> None:
+def assert_agrees(
+    target: Target | str,
+    impl: Implementation | Callable[[Inputs], Any],
+    inputs: Inputs,
+    *,
+    properties: bool = True,
+) -> None:
     """Fail the test (AssertionError with the oracle's message) unless ``impl`` agrees."""
     target = get_target(target) if isinstance(target, str) else target
     implementation = impl if isinstance(impl, Implementation) else as_implementation(impl, "test")
@@ -38,8 +43,14 @@ class _Found(Exception):
     """Stops the Hypothesis loop at the first failure (no shrinking wanted)."""
 
 
-def first_failure(target: Target, impl: Implementation, max_examples: int, *,
-                  seed: Optional[int] = None, properties: bool = True) -> Optional[Failure]:
+def first_failure(
+    target: Target,
+    impl: Implementation,
+    max_examples: int,
+    *,
+    seed: int | None = None,
+    properties: bool = True,
+) -> Failure | None:
     """Fuzz ``impl`` with the target's strategy until the oracle (or, with ``properties``, a
     property) fails; that failure, or None after ``max_examples`` clean cases.  Deterministic:
     Hypothesis is derandomized, or seeded with ``seed``; generation only, no shrinking and no
@@ -50,8 +61,14 @@ def first_failure(target: Target, impl: Implementation, max_examples: int, *,
 
     found: list[Failure] = []
 
-    @settings(max_examples=max_examples, derandomize=seed is None, phases=[Phase.generate],
-              deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=max_examples,
+        derandomize=seed is None,
+        phases=[Phase.generate],
+        deadline=None,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )
     @given(target.strategy_for(impl))
     def search(inputs: Inputs) -> None:
         failure = check_case(target, impl, inputs, properties=properties, confirm=False).failure

@@ -12,7 +12,7 @@ import os
 import sys
 from pathlib import Path
 from types import ModuleType
-from typing import Callable, Optional
+from typing import Callable
 
 
 def gpu_available() -> bool:
@@ -38,7 +38,7 @@ def device() -> str:
     return "cpu" if interpreted() or not gpu_available() else "cuda"
 
 
-def unavailable() -> Optional[str]:
+def unavailable() -> str | None:
     """Why a Triton implementation cannot run here, or None."""
     prepare()  # importing triton before choosing the interpreter would pin the native backend
     try:
@@ -49,13 +49,13 @@ def unavailable() -> Optional[str]:
     return None
 
 
-def unavailable_with(module: str) -> Callable[[], Optional[str]]:
+def unavailable_with(module: str) -> Callable[[], str | None]:
     """An ``Implementation.unavailable`` for a Triton implementation living in ``module``:
     choose the interpreter mode *before* triton is imported (or kernels launched later in the
     process would mix compiled and interpreted JIT functions), then say why Triton or the
     module cannot be used here, if they cannot."""
 
-    def reason() -> Optional[str]:
+    def reason() -> str | None:
         prepare()
         missing = unavailable()
         if missing is not None:

@@ -20,34 +20,46 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 from hypothesis import strategies as st
 
 #: float16 / bfloat16 / float32 / float64: largest finite, smallest normal, smallest subnormal.
-LARGEST = {"float16": 65504.0, "bfloat16": 3.3895313892515355e38,
-           "float32": 3.4028234663852886e38, "float64": 1.7976931348623157e308}
-SMALLEST_NORMAL = {"float16": 6.103515625e-05, "bfloat16": 1.1754943508222875e-38,
-                   "float32": 1.1754943508222875e-38, "float64": 2.2250738585072014e-308}
-SMALLEST_SUBNORMAL = {"float16": 5.960464477539063e-08, "bfloat16": 9.183549615799121e-41,
-                      "float32": 1.401298464324817e-45, "float64": 5e-324}
+LARGEST = {
+    "float16": 65504.0,
+    "bfloat16": 3.3895313892515355e38,
+    "float32": 3.4028234663852886e38,
+    "float64": 1.7976931348623157e308,
+}
+SMALLEST_NORMAL = {
+    "float16": 6.103515625e-05,
+    "bfloat16": 1.1754943508222875e-38,
+    "float32": 1.1754943508222875e-38,
+    "float64": 2.2250738585072014e-308,
+}
+SMALLEST_SUBNORMAL = {
+    "float16": 5.960464477539063e-08,
+    "bfloat16": 9.183549615799121e-41,
+    "float32": 1.401298464324817e-45,
+    "float64": 5e-324,
+}
 DTYPES = tuple(LARGEST)
 
 #: (kind, weight): the stated share of arrays of each kind (specials only where the contract
 #: has them).  ``normal`` first: the shrink target.
 KINDS: tuple[tuple[str, int], ...] = (
-    ("normal", 28),     # N(0, 1) * 10**k, k in -3..2: the typical activation / embedding
-    ("ints", 12),       # small integers in [-3, 3]: ties, exact arithmetic, repeated values
-    ("repeated", 8),    # one to three distinct values repeated: ties everywhere
-    ("zero", 4),        # all zero, signs of zero mixed
-    ("sparse", 6),      # mostly exact zeros, a few non-zeros
-    ("tiny", 8),        # norms below 1e-7 (down to the dtype's smallest normal)
-    ("subnormal", 4),   # subnormals of the dtype (and zeros)
-    ("huge", 8),        # magnitudes near the contract's largest (overflow in squares and sums)
-    ("drawn", 8),       # elements drawn one by one by Hypothesis (small arrays; values shrink)
-    ("mixed", 8),       # elementwise mixture of all of the above
-    ("special", 8),     # NaN and +-Inf among normal values (only if the contract allows them)
+    ("normal", 28),  # N(0, 1) * 10**k, k in -3..2: the typical activation / embedding
+    ("ints", 12),  # small integers in [-3, 3]: ties, exact arithmetic, repeated values
+    ("repeated", 8),  # one to three distinct values repeated: ties everywhere
+    ("zero", 4),  # all zero, signs of zero mixed
+    ("sparse", 6),  # mostly exact zeros, a few non-zeros
+    ("tiny", 8),  # norms below 1e-7 (down to the dtype's smallest normal)
+    ("subnormal", 4),  # subnormals of the dtype (and zeros)
+    ("huge", 8),  # magnitudes near the contract's largest (overflow in squares and sums)
+    ("drawn", 8),  # elements drawn one by one by Hypothesis (small arrays; values shrink)
+    ("mixed", 8),  # elementwise mixture of all of the above
+    ("special", 8),  # NaN and +-Inf among normal values (only if the contract allows them)
 )
 
 
@@ -66,9 +78,9 @@ class Domain:
     dtype: str = "float32"
     nan: bool = False
     inf: bool = False
-    max_abs: Optional[float] = None
+    max_abs: float | None = None
     subnormal: bool = True
-    kinds: Optional[Sequence[str]] = None
+    kinds: Sequence[str] | None = None
 
     def __post_init__(self) -> None:
         if self.dtype not in LARGEST:
@@ -167,8 +179,11 @@ def fill(kind_name: str, shape: Sequence[int], domain: Domain, seed: int) -> np.
     if kind_name == "ints":
         return rng.integers(-3, 4, shape).astype(np.float64)
     if kind_name == "repeated":
-        choices = rng.choice(np.array([0.0, 1.0, -1.0, 0.5, 2.0, -3.0, 0.1, 7.25]),
-                             size=int(rng.integers(1, 4)), replace=False)
+        choices = rng.choice(
+            np.array([0.0, 1.0, -1.0, 0.5, 2.0, -3.0, 0.1, 7.25]),
+            size=int(rng.integers(1, 4)),
+            replace=False,
+        )
         return choices[rng.integers(0, len(choices), shape)]
     if kind_name == "zero":
         return np.where(rng.random(shape) < 0.5, 0.0, -0.0)
@@ -179,7 +194,7 @@ def fill(kind_name: str, shape: Sequence[int], domain: Domain, seed: int) -> np.
         # norms from 1e-7 down to the smallest normal: eps-guards and rsqrt of tiny sums
         low = math.log10(SMALLEST_NORMAL[domain.dtype]) + 1
         exponent = rng.uniform(low, -7.5) if low < -7.5 else low
-        return rng.standard_normal(shape) * 10.0 ** exponent
+        return rng.standard_normal(shape) * 10.0**exponent
     if kind_name == "subnormal":
         sub = SMALLEST_SUBNORMAL[domain.dtype]
         span = SMALLEST_NORMAL[domain.dtype] / sub
@@ -193,17 +208,25 @@ def fill(kind_name: str, shape: Sequence[int], domain: Domain, seed: int) -> np.
         return np.clip(magnitude * rng.choice([-1.0, 1.0], shape), -top, top)
     if kind_name == "special":
         values = _normal(rng, shape, domain)
-        specials = ([math.nan] if domain.nan else []) + ([math.inf, -math.inf] if domain.inf
-                                                         else [])
+        specials = ([math.nan] if domain.nan else []) + (
+            [math.inf, -math.inf] if domain.inf else []
+        )
         mask = rng.random(shape) < rng.choice([0.05, 0.3, 1.0])
         return np.where(mask, np.array(specials)[rng.integers(0, len(specials), shape)], values)
     if kind_name == "mixed":
         parts = [k for k, _ in domain.allowed() if k not in ("mixed", "drawn")]
-        stack = np.stack([fill(k, shape, domain, int(rng.integers(0, 2**32 - 1)))
-                          for k in parts]) if shape else None
+        stack = (
+            np.stack([fill(k, shape, domain, int(rng.integers(0, 2**32 - 1))) for k in parts])
+            if shape
+            else None
+        )
         if stack is None:
-            return fill(parts[int(rng.integers(0, len(parts)))], shape, domain,
-                        int(rng.integers(0, 2**32 - 1)))
+            return fill(
+                parts[int(rng.integers(0, len(parts)))],
+                shape,
+                domain,
+                int(rng.integers(0, 2**32 - 1)),
+            )
         pick = rng.integers(0, len(parts), shape)
         return np.take_along_axis(stack, pick[None, ...], axis=0)[0]
     raise ValueError(f"unknown value kind {kind_name!r}")
@@ -215,10 +238,19 @@ def element(domain: Domain) -> st.SearchStrategy[float]:
     width = 64 if domain.dtype == "float64" else 32
     bound = largest_at_most(top, "float64" if width == 64 else "float32")
     edge = largest_at_most(top, domain.dtype)
-    finite = st.floats(-bound, bound, allow_nan=False, allow_infinity=False,
-                       allow_subnormal=domain.subnormal, width=width)
-    options = [st.integers(-3, 3).map(lambda v: float(min(max(v, -top), top))), finite,
-               st.sampled_from([0.0, -0.0, edge, -edge, SMALLEST_NORMAL[domain.dtype]])]
+    finite = st.floats(
+        -bound,
+        bound,
+        allow_nan=False,
+        allow_infinity=False,
+        allow_subnormal=domain.subnormal,
+        width=width,  # type: ignore[arg-type]  # 16, 32 or 64: the domain's float width
+    )
+    options = [
+        st.integers(-3, 3).map(lambda v: float(min(max(v, -top), top))),
+        finite,
+        st.sampled_from([0.0, -0.0, edge, -edge, SMALLEST_NORMAL[domain.dtype]]),
+    ]
     if domain.nan:
         options.append(st.just(math.nan))
     if domain.inf:
@@ -226,15 +258,17 @@ def element(domain: Domain) -> st.SearchStrategy[float]:
     return st.one_of(*options)
 
 
-def array(draw: Callable[[Any], Any], shape: Sequence[int], domain: Domain,
-          kind_name: Optional[str] = None) -> np.ndarray:
+def array(
+    draw: Callable[[Any], Any], shape: Sequence[int], domain: Domain, kind_name: str | None = None
+) -> np.ndarray:
     """One array of ``shape`` in ``domain`` (see the module docstring)."""
     kind_name = kind_name or kind(draw, domain)
     shape = tuple(int(d) for d in shape)
     size = math.prod(shape)
     if kind_name == "drawn" and size <= 256:
-        values = np.array(draw(st.lists(element(domain), min_size=size, max_size=size)),
-                          dtype=np.float64).reshape(shape)
+        values = np.array(
+            draw(st.lists(element(domain), min_size=size, max_size=size)), dtype=np.float64
+        ).reshape(shape)
     else:
         if kind_name == "drawn":
             kind_name = "mixed"
@@ -245,8 +279,9 @@ def array(draw: Callable[[Any], Any], shape: Sequence[int], domain: Domain,
     out = round_to(values, domain.dtype)
     edge = largest_at_most(top, domain.dtype)
     with np.errstate(invalid="ignore"):
-        out = np.where(np.isfinite(out) & (np.abs(out) > top), np.copysign(edge, out),
-                       out).astype(domain.storage)
+        out = np.where(np.isfinite(out) & (np.abs(out) > top), np.copysign(edge, out), out).astype(
+            domain.storage
+        )
     if not domain.subnormal:
         tiny = SMALLEST_NORMAL[domain.dtype]
         out = np.where(np.abs(out) < tiny, np.copysign(0.0, out), out).astype(domain.storage)
@@ -266,7 +301,7 @@ def arrays(shape: Sequence[int], domain: Domain) -> st.SearchStrategy[np.ndarray
 def rows(draw: Callable[[Any], Any], count: int, width: int, domain: Domain) -> np.ndarray:
     """``count x width`` with one kind per row: a batch where one vector is zero, one tiny,
     one huge, the others normal (norm-dependent paths differ row by row)."""
-    out = np.zeros((count, width), dtype=domain.storage)
+    out: np.ndarray = np.zeros((count, width), dtype=domain.storage)
     for i in range(count):
         out[i] = array(draw, (width,), domain)
     return out

@@ -16,7 +16,7 @@ of the compared dtype.
 
 from __future__ import annotations
 
-from typing import Any, Optional, Union
+from typing import Any
 
 import numpy as np
 
@@ -41,13 +41,22 @@ _FORMATS: dict[str, tuple[float, int]] = {
     "float8_e5m2fnuz": (2.0**-3, -15),
 }
 _ALIASES = {
-    "double": "float64", "fp64": "float64", "f64": "float64",
-    "single": "float32", "fp32": "float32", "f32": "float32",
+    "double": "float64",
+    "fp64": "float64",
+    "f64": "float64",
+    "single": "float32",
+    "fp32": "float32",
+    "f32": "float32",
     "tf32": "tfloat32",
-    "half": "float16", "fp16": "float16", "f16": "float16",
+    "half": "float16",
+    "fp16": "float16",
+    "f16": "float16",
     "bf16": "bfloat16",
-    "fp8_e4m3": "float8_e4m3fn", "e4m3": "float8_e4m3fn", "float8_e4m3": "float8_e4m3fn",
-    "fp8_e5m2": "float8_e5m2", "e5m2": "float8_e5m2",
+    "fp8_e4m3": "float8_e4m3fn",
+    "e4m3": "float8_e4m3fn",
+    "float8_e4m3": "float8_e4m3fn",
+    "fp8_e5m2": "float8_e5m2",
+    "e5m2": "float8_e5m2",
 }
 
 DTypeLike = Any  # numpy dtype or type, a name such as "float32"/"bf16", or a torch dtype
@@ -65,7 +74,7 @@ def format_name(dtype: DTypeLike) -> str:
     key = text.strip().lower()
     for prefix in ("torch.", "numpy.", "np."):
         if key.startswith(prefix):
-            key = key[len(prefix):]
+            key = key[len(prefix) :]
     key = _ALIASES.get(key, key)
     if key not in _FORMATS:
         try:
@@ -91,7 +100,7 @@ def smallest_normal(dtype: DTypeLike) -> float:
     return 2.0 ** _FORMATS[format_name(dtype)][1]
 
 
-def ulp(x: Any, dtype: DTypeLike) -> Union[float, np.ndarray]:
+def ulp(x: Any, dtype: DTypeLike) -> float | np.ndarray:
     """Spacing of ``dtype`` at ``|x|``: ``2**floor(log2|x|) * 2u``, floored at the spacing of
     the smallest normal (so zero and subnormals get the subnormal spacing)."""
     u, emin = _FORMATS[format_name(dtype)]
@@ -117,8 +126,8 @@ def error_bound(
     reduction_length: int,
     magnitude: Any,
     *,
-    accumulate: Optional[DTypeLike] = None,
-) -> Union[float, np.ndarray]:
+    accumulate: DTypeLike | None = None,
+) -> float | np.ndarray:
     """Worst-case absolute error of a length-``reduction_length`` sum of products computed in
     ``dtype``: ``gamma_{n + ROUNDING_SLACK}(u) * magnitude + floor``.
 
@@ -157,8 +166,8 @@ def close(
     magnitude: Any = None,
     name: str = "output",
     factor: float = 1.0,
-    accumulate: Optional[DTypeLike] = None,
-) -> Optional[Failure]:
+    accumulate: DTypeLike | None = None,
+) -> Failure | None:
     """Return None when every element of ``actual`` is within the error bound of ``expected``.
 
     ``expected`` is the float64 reference; ``magnitude`` the elementwise ``|A||B|``-style
@@ -173,18 +182,23 @@ def close(
     a = np.asarray(actual)
     if a.dtype.kind not in "fiub":
         return Failure(
-            "mismatch", f"{name}: expected real numbers, got dtype {a.dtype}",
-            f"mismatch:close:{name}:dtype", {"dtype": str(a.dtype)},
+            "mismatch",
+            f"{name}: expected real numbers, got dtype {a.dtype}",
+            f"mismatch:close:{name}:dtype",
+            {"dtype": str(a.dtype)},
         )
     a = a.astype(np.float64)
     if e.shape != a.shape:
         return Failure(
-            "mismatch", f"{name}: expected shape {e.shape}, got {a.shape}",
+            "mismatch",
+            f"{name}: expected shape {e.shape}, got {a.shape}",
             f"mismatch:close:{name}:shape",
             {"expected_shape": list(e.shape), "actual_shape": list(a.shape)},
         )
-    mag = np.abs(e) if magnitude is None else np.broadcast_to(
-        np.asarray(magnitude, dtype=np.float64), e.shape
+    mag = (
+        np.abs(e)
+        if magnitude is None
+        else np.broadcast_to(np.asarray(magnitude, dtype=np.float64), e.shape)
     )
 
     finite = np.isfinite(e)
@@ -250,6 +264,12 @@ def _where(name: str, index: tuple) -> str:
 
 
 __all__ = [
-    "ROUNDING_SLACK", "close", "error_bound", "format_name", "gamma", "smallest_normal", "ulp",
+    "ROUNDING_SLACK",
+    "close",
+    "error_bound",
+    "format_name",
+    "gamma",
+    "smallest_normal",
+    "ulp",
     "unit_roundoff",
 ]

@@ -11,7 +11,7 @@ become ``[]`` and positions after the last key disappear -- so ``steps[3]['table
 from __future__ import annotations
 
 import numbers
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -21,7 +21,7 @@ from fuzzkit.failure import Failure
 _Path = list
 
 
-def exact(expected: Any, actual: Any, *, name: str = "output") -> Optional[Failure]:
+def exact(expected: Any, actual: Any, *, name: str = "output") -> Failure | None:
     """Return None when ``actual`` equals ``expected`` exactly, else the first difference.
 
     Supported values: dicts (same keys), lists and tuples (interchangeable, since JSON turns
@@ -38,7 +38,7 @@ def exact(expected: Any, actual: Any, *, name: str = "output") -> Optional[Failu
     return _compare(expected, actual, [], name)
 
 
-def _compare(e: Any, a: Any, path: _Path, name: str) -> Optional[Failure]:
+def _compare(e: Any, a: Any, path: _Path, name: str) -> Failure | None:
     if isinstance(e, np.ndarray) or isinstance(a, np.ndarray):
         if isinstance(e, (np.ndarray, np.generic)) and isinstance(a, (np.ndarray, np.generic)):
             return _compare_arrays(np.asarray(e), np.asarray(a), path, name)
@@ -54,7 +54,11 @@ def _compare(e: Any, a: Any, path: _Path, name: str) -> Optional[Failure]:
             return _type_failure(e, a, path, name)
         if len(e) != len(a):
             return _fail(
-                name, path, "length", len(e), len(a),
+                name,
+                path,
+                "length",
+                len(e),
+                len(a),
                 f"expected length {len(e)}, got {len(a)}",
             )
         for i, (ei, ai) in enumerate(zip(e, a)):
@@ -71,17 +75,25 @@ def _compare(e: Any, a: Any, path: _Path, name: str) -> Optional[Failure]:
     return _fail(name, path, "value", e, a, f"expected {_short(e)}, got {_short(a)}")
 
 
-def _compare_dicts(e: Mapping, a: Mapping, path: _Path, name: str) -> Optional[Failure]:
+def _compare_dicts(e: Mapping, a: Mapping, path: _Path, name: str) -> Failure | None:
     for key in e:
         if key not in a:
             return _fail(
-                name, path + [("key", key)], "missing", _brief(e[key]), None,
+                name,
+                path + [("key", key)],
+                "missing",
+                _brief(e[key]),
+                None,
                 "key missing from actual output",
             )
     for key in a:
         if key not in e:
             return _fail(
-                name, path + [("key", key)], "extra", None, _brief(a[key]),
+                name,
+                path + [("key", key)],
+                "extra",
+                None,
+                _brief(a[key]),
                 "unexpected key in actual output",
             )
     for key in e:
@@ -91,15 +103,23 @@ def _compare_dicts(e: Mapping, a: Mapping, path: _Path, name: str) -> Optional[F
     return None
 
 
-def _compare_arrays(e: np.ndarray, a: np.ndarray, path: _Path, name: str) -> Optional[Failure]:
+def _compare_arrays(e: np.ndarray, a: np.ndarray, path: _Path, name: str) -> Failure | None:
     if e.dtype.kind != a.dtype.kind:
         return _fail(
-            name, path, "dtype", str(e.dtype), str(a.dtype),
+            name,
+            path,
+            "dtype",
+            str(e.dtype),
+            str(a.dtype),
             f"expected dtype {e.dtype}, got {a.dtype}",
         )
     if e.shape != a.shape:
         return _fail(
-            name, path, "shape", list(e.shape), list(a.shape),
+            name,
+            path,
+            "shape",
+            list(e.shape),
+            list(a.shape),
             f"expected shape {e.shape}, got {a.shape}",
         )
     if e.dtype.kind == "O":
@@ -119,9 +139,14 @@ def _compare_arrays(e: np.ndarray, a: np.ndarray, path: _Path, name: str) -> Opt
     count = int(differ.sum())
     ev, av = e[index], a[index]
     return _fail(
-        name, path + [("index", index)] if index else path, "value", ev, av,
+        name,
+        path + [("index", index)] if index else path,
+        "value",
+        ev,
+        av,
         f"expected {_short(ev)}, got {_short(av)} ({count} of {e.size} elements differ)",
-        index=list(index), count=count,
+        index=list(index),
+        count=count,
     )
 
 
@@ -171,7 +196,7 @@ def _is_sequence(x: Any) -> bool:
     return isinstance(x, (list, tuple))
 
 
-def _scalar_kind(x: Any) -> Optional[str]:
+def _scalar_kind(x: Any) -> str | None:
     if x is None:
         return "none"
     if isinstance(x, (bool, np.bool_)):
@@ -189,7 +214,7 @@ def _scalar_kind(x: Any) -> Optional[str]:
     return None
 
 
-def _scalar_equal(e: Any, a: Any, kind: Optional[str]) -> bool:
+def _scalar_equal(e: Any, a: Any, kind: str | None) -> bool:
     if kind in ("float", "complex"):
         return bool(e == a or (np.isnan(e) and np.isnan(a)))
     result = e == a

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from typing import Any, Optional, Sequence
+from typing import Any, Sequence
 
 CLASSES = ("allocation", "table", "translation", "read", "write")
 
@@ -56,21 +56,38 @@ DEVICE_CODES = {
 class GuardViolation(Exception):
     """One broken rule.  ``check_class`` is one of :data:`CLASSES`; ``check`` names the rule."""
 
-    def __init__(self, check_class: str, check: str, message: str, *, block: Optional[int] = None,
-                 slot: Optional[int] = None, request: Optional[int] = None,
-                 step: Optional[int] = None) -> None:
-        where = ", ".join(f"{k} {v}" for k, v in (("step", step), ("request", request),
-                                                   ("block", block), ("slot", slot))
-                          if v is not None)
-        super().__init__(f"KVGuard [{check_class}/{check}] {message}" + (f" ({where})" if where
-                                                                         else ""))
+    def __init__(
+        self,
+        check_class: str,
+        check: str,
+        message: str,
+        *,
+        block: int | None = None,
+        slot: int | None = None,
+        request: int | None = None,
+        step: int | None = None,
+    ) -> None:
+        where = ", ".join(
+            f"{k} {v}"
+            for k, v in (("step", step), ("request", request), ("block", block), ("slot", slot))
+            if v is not None
+        )
+        super().__init__(
+            f"KVGuard [{check_class}/{check}] {message}" + (f" ({where})" if where else "")
+        )
         self.check_class, self.check = check_class, check
         self.block, self.slot, self.request, self.step = block, slot, request, step
 
     def to_json(self) -> dict[str, Any]:
-        return {"class": self.check_class, "check": self.check, "message": str(self),
-                "block": self.block, "slot": self.slot, "request": self.request,
-                "step": self.step}
+        return {
+            "class": self.check_class,
+            "check": self.check,
+            "message": str(self),
+            "block": self.block,
+            "slot": self.slot,
+            "request": self.request,
+            "step": self.step,
+        }
 
 
 class NullGuard:
@@ -92,11 +109,17 @@ class NullGuard:
     def on_copy(self, src: int, dst: int) -> None: ...
     def on_step_end(self, request: int) -> None: ...
     def check_manager(self, state: dict[str, Any]) -> None: ...
-    def check_table(self, request: int, table: Sequence[int], tokens: int,
-                    first_query: Optional[int] = None) -> None: ...
-    def check_translation(self, request: int, positions: Sequence[int],
-                          slot_mapping: Sequence[int], host_table: Sequence[int],
-                          launch_table: Sequence[int]) -> None: ...
+    def check_table(
+        self, request: int, table: Sequence[int], tokens: int, first_query: int | None = None
+    ) -> None: ...
+    def check_translation(
+        self,
+        request: int,
+        positions: Sequence[int],
+        slot_mapping: Sequence[int],
+        host_table: Sequence[int],
+        launch_table: Sequence[int],
+    ) -> None: ...
 
 
 NULL_GUARD = NullGuard()
@@ -106,7 +129,7 @@ NULL_GUARD = NullGuard()
 class _Block:
     holders: set[int] = dataclasses.field(default_factory=set)
     epoch: int = 0
-    hash: Optional[int] = None
+    hash: int | None = None
 
 
 class KVGuard:
@@ -114,8 +137,14 @@ class KVGuard:
 
     enabled = True
 
-    def __init__(self, num_blocks: int, block_size: int, *, mode: str = "abort",
-                 sliding_window: Optional[int] = None) -> None:
+    def __init__(
+        self,
+        num_blocks: int,
+        block_size: int,
+        *,
+        mode: str = "abort",
+        sliding_window: int | None = None,
+    ) -> None:
         if mode not in ("abort", "count"):
             raise ValueError(f"mode must be 'abort' or 'count', got {mode!r}")
         self.num_blocks, self.block_size, self.mode = num_blocks, block_size, mode
@@ -125,7 +154,7 @@ class KVGuard:
         self.unpinned_hits: dict[int, list[int]] = {}
         self.violations: list[GuardViolation] = []
         self.step = 0
-        self.device: Optional[DeviceShadow] = None  # set by attach_device (kernel runs only)
+        self.device: DeviceShadow | None = None  # set by attach_device (kernel runs only)
 
     # ------------------------------------------------------------------ reporting
 
@@ -144,19 +173,32 @@ class KVGuard:
     def on_allocate(self, request: int, block: int) -> None:
         """``block`` leaves the free pool for ``request`` (new content)."""
         if self.unpinned_hits.get(request):
-            self.fail("allocation", "hit-not-pinned",
-                      f"new block allocated while prefix hits {self.unpinned_hits[request]} are "
-                      "not pinned yet: the allocation may evict them", request=request,
-                      block=block)
+            self.fail(
+                "allocation",
+                "hit-not-pinned",
+                f"new block allocated while prefix hits {self.unpinned_hits[request]} are "
+                "not pinned yet: the allocation may evict them",
+                request=request,
+                block=block,
+            )
         if block == 0:
-            self.fail("allocation", "null-block", "the null block was handed out",
-                      request=request, block=block)
+            self.fail(
+                "allocation",
+                "null-block",
+                "the null block was handed out",
+                request=request,
+                block=block,
+            )
             return
         shadow = self.blocks[block]
         if shadow.holders:
-            self.fail("allocation", "double-allocation",
-                      f"block already held by requests {sorted(shadow.holders)}",
-                      request=request, block=block)
+            self.fail(
+                "allocation",
+                "double-allocation",
+                f"block already held by requests {sorted(shadow.holders)}",
+                request=request,
+                block=block,
+            )
         shadow.holders = {request}
         shadow.hash = None
         self.acquired[(request, block)] = shadow.epoch
@@ -165,17 +207,31 @@ class KVGuard:
     def on_share(self, request: int, block: int) -> None:
         """``request`` takes a reference on a block with content (a prefix hit, a fork)."""
         if block == 0:
-            self.fail("allocation", "null-block", "the null block was shared", request=request,
-                      block=block)
+            self.fail(
+                "allocation",
+                "null-block",
+                "the null block was shared",
+                request=request,
+                block=block,
+            )
             return
         shadow = self.blocks[block]
         if not shadow.holders and shadow.hash is None:
-            self.fail("allocation", "share-free-block",
-                      "a reference was taken on a free block that holds no cached content",
-                      request=request, block=block)
+            self.fail(
+                "allocation",
+                "share-free-block",
+                "a reference was taken on a free block that holds no cached content",
+                request=request,
+                block=block,
+            )
         if request in shadow.holders:
-            self.fail("allocation", "double-reference", "the request already holds this block",
-                      request=request, block=block)
+            self.fail(
+                "allocation",
+                "double-reference",
+                "the request already holds this block",
+                request=request,
+                block=block,
+            )
         shadow.holders.add(request)
         self.acquired[(request, block)] = shadow.epoch
         pending = self.unpinned_hits.get(request)
@@ -188,9 +244,14 @@ class KVGuard:
             return
         shadow = self.blocks[block]
         if request not in shadow.holders:
-            self.fail("allocation", "free-not-held",
-                      f"the request frees a block it does not hold (holders "
-                      f"{sorted(shadow.holders)}): a double free", request=request, block=block)
+            self.fail(
+                "allocation",
+                "free-not-held",
+                f"the request frees a block it does not hold (holders "
+                f"{sorted(shadow.holders)}): a double free",
+                request=request,
+                block=block,
+            )
             return
         shadow.holders.discard(request)
         self.acquired.pop((request, block), None)
@@ -211,98 +272,159 @@ class KVGuard:
         queue = state["free_queue"]
         duplicates = [b for b, n in Counter(queue).items() if n > 1]
         if duplicates:
-            self.fail("allocation", "queue-duplicate", f"blocks {duplicates} are in the free "
-                                                       "queue twice", block=duplicates[0])
+            self.fail(
+                "allocation",
+                "queue-duplicate",
+                f"blocks {duplicates} are in the free queue twice",
+                block=duplicates[0],
+            )
         queued = set(queue)
         in_use = 0
         for block in range(1, self.num_blocks):
             shadow = self.blocks[block]
             ref_cnt = state["ref_cnt"].get(block, 0)
             if ref_cnt != len(shadow.holders):
-                self.fail("allocation", "ref-cnt", f"manager ref_cnt {ref_cnt} but the guard "
-                                                   f"counts holders {sorted(shadow.holders)}",
-                          block=block)
+                self.fail(
+                    "allocation",
+                    "ref-cnt",
+                    f"manager ref_cnt {ref_cnt} but the guard "
+                    f"counts holders {sorted(shadow.holders)}",
+                    block=block,
+                )
             if shadow.holders:
                 in_use += 1
                 if block in queued:
-                    self.fail("allocation", "in-use-in-queue",
-                              f"block held by {sorted(shadow.holders)} is in the free queue",
-                              block=block)
+                    self.fail(
+                        "allocation",
+                        "in-use-in-queue",
+                        f"block held by {sorted(shadow.holders)} is in the free queue",
+                        block=block,
+                    )
             if shadow.hash is None and state["block_hash"].get(block) is not None:
-                self.fail("allocation", "stale-hash", "an evicted or reallocated block still "
-                                                      "carries a hash", block=block)
+                self.fail(
+                    "allocation",
+                    "stale-hash",
+                    "an evicted or reallocated block still carries a hash",
+                    block=block,
+                )
         if 0 in queued:
             self.fail("allocation", "null-block", "the null block is in the free queue", block=0)
         if len(queue) + in_use + 1 != self.num_blocks:
-            self.fail("allocation", "block-count", f"free {len(queue)} + in use {in_use} + null 1"
-                                                   f" != {self.num_blocks}")
+            self.fail(
+                "allocation",
+                "block-count",
+                f"free {len(queue)} + in use {in_use} + null 1 != {self.num_blocks}",
+            )
 
     # ------------------------------------------------------------------ class 2: tables
 
-    def check_table(self, request: int, table: Sequence[int], tokens: int,
-                    first_query: Optional[int] = None) -> None:
+    def check_table(
+        self, request: int, table: Sequence[int], tokens: int, first_query: int | None = None
+    ) -> None:
         """Class 2 on the table used to run queries at positions ``first_query ..
         tokens - 1``: a null entry is allowed only where no such query reads (sliding window).
         Without ``first_query`` (between steps, when no query runs) any null entry is accepted
         under a sliding window."""
         expected = -(-tokens // self.block_size)
         if len(table) != expected:
-            self.fail("table", "length", f"table has {len(table)} entries for {tokens} tokens "
-                                         f"(expected {expected})", request=request)
+            self.fail(
+                "table",
+                "length",
+                f"table has {len(table)} entries for {tokens} tokens (expected {expected})",
+                request=request,
+            )
         first_key = None
         if self.sliding_window is not None:
             first_key = tokens if first_query is None else first_query - self.sliding_window + 1
         for index, block in enumerate(table):
             if block == 0:
                 if first_key is None or (index + 1) * self.block_size > first_key:
-                    self.fail("table", "null-entry", f"entry {index} is the null block but is "
-                                                     "inside the window", request=request,
-                              block=0)
+                    self.fail(
+                        "table",
+                        "null-entry",
+                        f"entry {index} is the null block but is inside the window",
+                        request=request,
+                        block=0,
+                    )
                 continue
             if not 0 < block < self.num_blocks:
-                self.fail("table", "out-of-range", f"entry {index} is block {block}",
-                          request=request)
+                self.fail(
+                    "table", "out-of-range", f"entry {index} is block {block}", request=request
+                )
                 continue
             shadow = self.blocks[block]
             if request not in shadow.holders:
-                self.fail("table", "not-held", f"entry {index} points at a block the request "
-                                               f"does not hold (holders {sorted(shadow.holders)})",
-                          request=request, block=block)
+                self.fail(
+                    "table",
+                    "not-held",
+                    f"entry {index} points at a block the request "
+                    f"does not hold (holders {sorted(shadow.holders)})",
+                    request=request,
+                    block=block,
+                )
             elif self.acquired.get((request, block)) != shadow.epoch:
-                self.fail("table", "stale-entry", f"entry {index} was taken in epoch "
-                                                  f"{self.acquired.get((request, block))}, the "
-                                                  f"block is in epoch {shadow.epoch}",
-                          request=request, block=block)
+                self.fail(
+                    "table",
+                    "stale-entry",
+                    f"entry {index} was taken in epoch "
+                    f"{self.acquired.get((request, block))}, the "
+                    f"block is in epoch {shadow.epoch}",
+                    request=request,
+                    block=block,
+                )
 
     # ------------------------------------------------------------------ class 3: translation
 
-    def check_translation(self, request: int, positions: Sequence[int],
-                          slot_mapping: Sequence[int], host_table: Sequence[int],
-                          launch_table: Sequence[int]) -> None:
+    def check_translation(
+        self,
+        request: int,
+        positions: Sequence[int],
+        slot_mapping: Sequence[int],
+        host_table: Sequence[int],
+        launch_table: Sequence[int],
+    ) -> None:
         if list(launch_table[: len(host_table)]) != list(host_table):
-            self.fail("translation", "launch-table",
-                      f"the table passed to the kernel {list(launch_table)} differs from the host "
-                      f"table {list(host_table)} (stale device table)", request=request)
+            self.fail(
+                "translation",
+                "launch-table",
+                f"the table passed to the kernel {list(launch_table)} differs from the host "
+                f"table {list(host_table)} (stale device table)",
+                request=request,
+            )
         for position, slot in zip(positions, slot_mapping):
             index = position // self.block_size
-            expected = (host_table[index] * self.block_size + position % self.block_size
-                        if index < len(host_table) else None)
+            expected = (
+                host_table[index] * self.block_size + position % self.block_size
+                if index < len(host_table)
+                else None
+            )
             if slot != expected:
-                self.fail("translation", "slot-mapping", f"position {position} maps to slot "
-                                                         f"{slot}, the table says {expected}",
-                          request=request, slot=int(slot))
+                self.fail(
+                    "translation",
+                    "slot-mapping",
+                    f"position {position} maps to slot {slot}, the table says {expected}",
+                    request=request,
+                    slot=int(slot),
+                )
 
     # ------------------------------------------------------------------ classes 4-5: device
 
-    def attach_device(self, device: str, max_requests: int, capacity: int = 1024) -> "DeviceShadow":
+    def attach_device(self, device: str, max_requests: int, capacity: int = 1024) -> DeviceShadow:
         """Create the shadow tensors the guarded kernels read and update (needs torch)."""
-        self.device = DeviceShadow.create(self.num_blocks, self.block_size, max_requests,
-                                          capacity, device)
+        self.device = DeviceShadow.create(
+            self.num_blocks, self.block_size, max_requests, capacity, device
+        )
         return self.device
 
-    def sync_device(self) -> "DeviceShadow":
+    def _attached(self) -> DeviceShadow:
+        if self.device is None:
+            raise RuntimeError("no device shadow: call attach_device before a kernel launch")
+        return self.device
+
+    def sync_device(self) -> DeviceShadow:
         """Refresh ownership and readability from the holders, just before a launch."""
-        owner, readable = [], [[0] * self.num_blocks for _ in range(self.device.max_requests)]
+        device = self._attached()
+        owner, readable = [], [[0] * self.num_blocks for _ in range(device.max_requests)]
         for block, shadow in enumerate(self.blocks):
             if block == 0 or not shadow.holders:
                 owner.append(-1)
@@ -311,25 +433,34 @@ class KVGuard:
             else:
                 owner.append(-2)  # shared: read-only
             for request in shadow.holders:
-                if request < self.device.max_requests:
+                if request < device.max_requests:
                     readable[request][block] = 1
-        self.device.set_ownership(owner, readable)
-        return self.device
+        device.set_ownership(owner, readable)
+        return device
 
     def collect_device(self) -> None:
         """Read the guarded kernels' violation records back (classes 4 and 5), then reset."""
-        records, count = self.device.take_records()
+        records, count = self._attached().take_records()
         # A kernel reports a bad read once per program that makes it (per kv head and query
         # tile): the same record can arrive several times.
         unique = list(dict.fromkeys(tuple(int(x) for x in record) for record in records))
         for code, request, block, slot, position, query in unique:
             check_class, check = DEVICE_CODES.get(int(code), ("read", f"code-{int(code)}"))
             where = "" if query < 0 else f" for query position {query}"
-            self.fail(check_class, check, f"kernel {check_class} of position {position}{where}",
-                      request=int(request), block=int(block), slot=int(slot))
+            self.fail(
+                check_class,
+                check,
+                f"kernel {check_class} of position {position}{where}",
+                request=int(request),
+                block=int(block),
+                slot=int(slot),
+            )
         if count > len(records):
-            self.fail("read", "overflow", f"{count - len(records)} more device violations were "
-                                          "not recorded")
+            self.fail(
+                "read",
+                "overflow",
+                f"{count - len(records)} more device violations were not recorded",
+            )
 
     def on_copy(self, src: int, dst: int) -> None:
         """A block copy (copy-on-write) wrote every slot of ``dst`` with ``src``'s content."""
@@ -356,16 +487,24 @@ class DeviceShadow:
     max_requests: int
 
     @classmethod
-    def create(cls, num_blocks: int, block_size: int, max_requests: int, capacity: int,
-               device: str) -> "DeviceShadow":
+    def create(
+        cls, num_blocks: int, block_size: int, max_requests: int, capacity: int, device: str
+    ) -> DeviceShadow:
         import torch
 
         def zeros(*shape: int, dtype: Any = torch.int32) -> Any:
             return torch.zeros(shape, dtype=dtype, device=device)
 
-        return cls(zeros(num_blocks) - 1, zeros(max_requests, num_blocks, dtype=torch.int8),
-                   zeros(num_blocks * block_size), zeros(num_blocks * block_size) - 1,
-                   zeros(capacity, 6), zeros(1), block_size, max_requests)
+        return cls(
+            zeros(num_blocks) - 1,
+            zeros(max_requests, num_blocks, dtype=torch.int8),
+            zeros(num_blocks * block_size),
+            zeros(num_blocks * block_size) - 1,
+            zeros(capacity, 6),
+            zeros(1),
+            block_size,
+            max_requests,
+        )
 
     def set_ownership(self, owner: Sequence[int], readable: Sequence[Sequence[int]]) -> None:
         import torch
@@ -380,8 +519,8 @@ class DeviceShadow:
 
     def copy_block(self, src: int, dst: int) -> None:
         b = self.block_size
-        self.slot_written[dst * b:(dst + 1) * b] = self.slot_written[src * b:(src + 1) * b]
-        self.slot_pos[dst * b:(dst + 1) * b] = self.slot_pos[src * b:(src + 1) * b]
+        self.slot_written[dst * b : (dst + 1) * b] = self.slot_written[src * b : (src + 1) * b]
+        self.slot_pos[dst * b : (dst + 1) * b] = self.slot_pos[src * b : (src + 1) * b]
 
     def take_records(self) -> tuple[list[list[int]], int]:
         count = int(self.count.item())

@@ -12,7 +12,7 @@ verdict is a deterministic function of the inputs.
 from __future__ import annotations
 
 import math
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 
@@ -97,7 +97,7 @@ def recall(
     bound: float,
     confidence: float = 0.99,
     name: str = "recall",
-) -> Optional[Failure]:
+) -> Failure | None:
     """Fail only when we are ``confidence``-sure that the true mean recall is below ``bound``:
     ``mean + hoeffding_radius(Q, confidence) < bound``.  With few queries the radius is wide
     and a low sample mean is not enough evidence; an empty sample never fails."""
@@ -114,8 +114,13 @@ def recall(
         f"{name}: mean recall {mean:.4f} over {count} queries is below {bound} with confidence "
         f"{confidence} (upper bound {upper:.4f})",
         f"mismatch:recall:{name}",
-        {"mean": mean, "queries": count, "upper_bound": upper, "bound": float(bound),
-         "confidence": float(confidence)},
+        {
+            "mean": mean,
+            "queries": count,
+            "upper_bound": upper,
+            "bound": float(bound),
+            "confidence": float(confidence),
+        },
     )
 
 
@@ -126,7 +131,7 @@ def compare_recall(
     confidence: float = 0.99,
     margin: float = 0.0,
     name: str = "compare_recall",
-) -> Optional[Failure]:
+) -> Failure | None:
     """Check the claim ``mean(a) >= mean(b) - margin`` on paired per-query recalls (the same
     queries, e.g. turbo16 vs turbo8).  The differences lie in [-1, 1], so Hoeffding with range 2:
     fail only when ``mean(a - b) + hoeffding_radius(Q, confidence, 2) < -margin``."""
@@ -148,9 +153,15 @@ def compare_recall(
         f"{f' - {margin}' if margin else ''} over {count} paired queries with confidence "
         f"{confidence} (upper bound of the difference {upper:.4f})",
         f"mismatch:recall:{name}",
-        {"mean_a": float(va.mean()), "mean_b": float(vb.mean()), "mean_difference": mean_diff,
-         "queries": count, "upper_bound": upper, "margin": float(margin),
-         "confidence": float(confidence)},
+        {
+            "mean_a": float(va.mean()),
+            "mean_b": float(vb.mean()),
+            "mean_difference": mean_diff,
+            "queries": count,
+            "upper_bound": upper,
+            "margin": float(margin),
+            "confidence": float(confidence),
+        },
     )
 
 

@@ -13,7 +13,7 @@ row with fewer than ``k`` candidates must return all of them and pad with ``-1``
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 
@@ -33,7 +33,7 @@ def topk(
     require_sorted: bool = False,
     actual_scores: Any = None,
     score_tolerance: float = 0.0,
-) -> Optional[Failure]:
+) -> Failure | None:
     """Return None when ``ids`` is a valid top-``k`` of ``ref_scores`` in every row.
 
     ref_scores: float64 reference scores, shape ``(rows, n)`` or ``(n,)`` for one query.
@@ -68,8 +68,10 @@ def topk(
     if got_ids.dtype.kind not in "iu":
         if got_ids.size and not np.array_equal(got_ids, np.round(got_ids)):
             return Failure(
-                "mismatch", f"{name}: ids are not integers (dtype {got_ids.dtype})",
-                f"mismatch:topk:{name}:dtype", {"dtype": str(got_ids.dtype)},
+                "mismatch",
+                f"{name}: ids are not integers (dtype {got_ids.dtype})",
+                f"mismatch:topk:{name}:dtype",
+                {"dtype": str(got_ids.dtype)},
             )
     got_ids = got_ids.astype(np.int64)
     rows, n = scores.shape
@@ -97,9 +99,9 @@ def topk(
 
     count = valid.sum(axis=1)
     descending = -np.sort(-better, axis=1)
-    threshold = np.where(
-        slots > 0, descending[np.arange(rows), np.maximum(slots - 1, 0)], -np.inf
-    )[:, None]
+    threshold = np.where(slots > 0, descending[np.arange(rows), np.maximum(slots - 1, 0)], -np.inf)[
+        :, None
+    ]
     not_topk = valid & ~out_of_range & (got < threshold - tol)
 
     order = np.zeros_like(valid)
@@ -178,17 +180,18 @@ def topk(
                     f"entry (score {prev!r}); expected best-first order"
                 )
             else:
-                act = float(np.asarray(actual_scores, dtype=np.float64).reshape(rows, -1)[r, pos])
-                details["actual_score"] = act
+                act_score = float(
+                    np.asarray(actual_scores, dtype=np.float64).reshape(rows, -1)[r, pos]
+                )
+                details["actual_score"] = act_score
                 message = (
                     f"id {bad_id} at position {pos} reported score {act!r}, reference {score!r} "
                     f"(score tolerance {score_tolerance!r})"
                 )
     return Failure(
         "mismatch",
-        f"{name} row {r}: {message}" + (
-            f" ({int(row_bad.sum())} of {rows} rows fail)" if rows > 1 else ""
-        ),
+        f"{name} row {r}: {message}"
+        + (f" ({int(row_bad.sum())} of {rows} rows fail)" if rows > 1 else ""),
         f"mismatch:topk:{name}:{check}",
         details,
     )

@@ -9,21 +9,21 @@ no step index, so it stays the same while the shrinker removes earlier steps.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from fuzzkit.failure import Failure
 from oracles.exact import exact
 
-Compare = Callable[[Any, Any], Optional[Failure]]
+Compare = Callable[[Any, Any], Failure | None]
 
 
 def trace(
     expected_steps: Sequence[Any],
     actual_steps: Sequence[Any],
     *,
-    compare: Optional[Compare] = None,
+    compare: Compare | None = None,
     name: str = "trace",
-) -> Optional[Failure]:
+) -> Failure | None:
     """Return None when every step's observation agrees, else the first diverging step.
 
     ``compare(expected_step, actual_step)`` defaults to :func:`oracles.exact.exact` (whose paths
@@ -74,12 +74,18 @@ def trace(
         f"{name}: actual trace {what} at step {index} (op {op!r}): "
         f"{n_expected} steps expected, {n_actual} observed",
         f"mismatch:trace:{op}:{tail}",
-        {"step": index, "op": op, "expected_steps": n_expected, "actual_steps": n_actual,
-         "expected": expected, "actual": actual},
+        {
+            "step": index,
+            "op": op,
+            "expected_steps": n_expected,
+            "actual_steps": n_actual,
+            "expected": expected,
+            "actual": actual,
+        },
     )
 
 
-def _exact_step(expected: Any, actual: Any) -> Optional[Failure]:
+def _exact_step(expected: Any, actual: Any) -> Failure | None:
     return exact(expected, actual, name="step")
 
 

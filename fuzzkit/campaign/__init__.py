@@ -16,12 +16,11 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Sequence
 
 from fuzzkit.campaign.plan import assign, build_plan, source_modules, target_sources
 from fuzzkit.campaign.progress import Progress, Stats
-from fuzzkit.campaign.state import (EventLog, EventReader, read_state, reconcile_claims,
-                                    write_state)
+from fuzzkit.campaign.state import EventLog, EventReader, read_state, reconcile_claims, write_state
 from fuzzkit.errors import UsageError
 
 MAX_REPLACEMENTS = 32
@@ -31,24 +30,24 @@ MAX_REPLACEMENTS = 32
 class CampaignOptions:
     targets: Sequence[str] = ()
     all: bool = False
-    impl: Optional[str] = None
+    impl: str | None = None
     budget: float = 60.0
     seed: int = 0
     profile: str = "campaign"
     report_dir: Path = Path("reports")
-    corpus: Optional[Path] = None
+    corpus: Path | None = None
     case_timeout: float = 60.0
     workers: int = 1
     backend: str = "local"
-    address: Optional[str] = None
+    address: str | None = None
     num_gpus: float = 0
-    num_cpus: Optional[int] = None  # local Ray instance size (default: Ray's own)
+    num_cpus: int | None = None  # local Ray instance size (default: Ray's own)
     isolate: bool = False
-    memory_mb: Optional[int] = None
+    memory_mb: int | None = None
     engine: str = "hypothesis"
     progress: str = "quiet"
-    resume: Optional[Path] = None
-    hang_timeout: Optional[float] = None  # default max(30, 3 * case_timeout)
+    resume: Path | None = None
+    hang_timeout: float | None = None  # default max(30, 3 * case_timeout)
     heartbeat: float = 1.0
     known: Any = None  # fuzzkit.known.KnownSignatures: accepted signatures, never chased
     confirm: bool = True  # replay findings in a fresh process (state-dependent ones)
@@ -64,7 +63,7 @@ class CampaignResult:
     status: str
 
 
-def _trusted_plan(plan: Any, source: Path, allowed: Optional[str]) -> list[tuple[str, str]]:
+def _trusted_plan(plan: Any, source: Path, allowed: str | None) -> list[tuple[str, str]]:
     """The (target, implementation) pairs of a state file, if they name only registered code.
 
     ``state.json`` lies on disk where anyone may edit it: an outside ``module:attr`` in it is
@@ -75,10 +74,14 @@ def _trusted_plan(plan: Any, source: Path, allowed: Optional[str]) -> list[tuple
         raise UsageError(f"{source}: 'plan' must be a non-empty list of [target, implementation]")
     pairs: list[tuple[str, str]] = []
     for item in plan:
-        if (not isinstance(item, list) or len(item) != 2
-                or not all(isinstance(x, str) and x for x in item)):
-            raise UsageError(f"{source}: plan entry {str(item)[:80]!r} is not "
-                             "[target, implementation]")
+        if (
+            not isinstance(item, list)
+            or len(item) != 2
+            or not all(isinstance(x, str) and x for x in item)
+        ):
+            raise UsageError(
+                f"{source}: plan entry {str(item)[:80]!r} is not [target, implementation]"
+            )
         implementation_named_by_file(get_target(item[0]), item[1], str(source), allowed=allowed)
         pairs.append((item[0], item[1]))
     return pairs
@@ -112,12 +115,17 @@ def _check_resumable(state: dict[str, Any], source: Path) -> None:
         if key not in state and key not in ("budget", "backend", "engine", "isolate", "corpus"):
             continue
         value = state.get(key)
-        if (isinstance(value, bool) and kinds is not bool) or not isinstance(value, kinds) \
-                or not ok(value):
+        if (
+            (isinstance(value, bool) and kinds is not bool)
+            or not isinstance(value, kinds)
+            or not ok(value)
+        ):
             from fuzzkit.case import shown
 
-            raise UsageError(f"{source}: {key!r} is {shown(value)}, not what fuzzkit writes; the "
-                             "state file was edited or corrupted")
+            raise UsageError(
+                f"{source}: {key!r} is {shown(value)}, not what fuzzkit writes; the "
+                "state file was edited or corrupted"
+            )
 
 
 def run_campaign(opts: CampaignOptions) -> CampaignResult:
@@ -145,14 +153,29 @@ def run_campaign(opts: CampaignOptions) -> CampaignResult:
             run_dir = Path(opts.report_dir) / f"{run_id}-{n}"
         run_dir.mkdir(parents=True)
         root = Path(opts.corpus or corpus_mod.default_root()).resolve()
-        state = {"run_id": run_dir.name, "seed": opts.seed, "budget": opts.budget,
-                 "plan": [list(p) for p in plan], "workers": opts.workers,
-                 "backend": opts.backend, "engine": opts.engine, "isolate": opts.isolate,
-                 "memory_mb": opts.memory_mb, "corpus": str(root), "started": time.time(),
-                 "elapsed": 0.0, "status": "running", "resumes": 0, "profile": opts.profile,
-                 "case_timeout": opts.case_timeout, "skipped": skipped, "next_worker": 0,
-                 "address": opts.address, "num_gpus": opts.num_gpus,
-                 "known": opts.known.to_json() if opts.known is not None else []}
+        state = {
+            "run_id": run_dir.name,
+            "seed": opts.seed,
+            "budget": opts.budget,
+            "plan": [list(p) for p in plan],
+            "workers": opts.workers,
+            "backend": opts.backend,
+            "engine": opts.engine,
+            "isolate": opts.isolate,
+            "memory_mb": opts.memory_mb,
+            "corpus": str(root),
+            "started": time.time(),
+            "elapsed": 0.0,
+            "status": "running",
+            "resumes": 0,
+            "profile": opts.profile,
+            "case_timeout": opts.case_timeout,
+            "skipped": skipped,
+            "next_worker": 0,
+            "address": opts.address,
+            "num_gpus": opts.num_gpus,
+            "known": opts.known.to_json() if opts.known is not None else [],
+        }
         write_state(run_dir, state)
     run_dir = run_dir.resolve()
     state["status"] = "running"
@@ -168,8 +191,9 @@ def run_campaign(opts: CampaignOptions) -> CampaignResult:
     events = reader.read()
     for event in events:
         stats.add(event)
-    next_id = max([int(state.get("next_worker", 0))]
-                  + [int(e.get("worker", -1)) + 1 for e in events])
+    next_id = max(
+        [int(state.get("next_worker", 0))] + [int(e.get("worker", -1)) + 1 for e in events]
+    )
     # A pair with findings keeps fuzzing: found signatures are skipped, new ones still count.
     todo = list(plan)
 
@@ -189,8 +213,11 @@ def run_campaign(opts: CampaignOptions) -> CampaignResult:
         return prior_elapsed + time.monotonic() - session_start
 
     def save_state(st: str) -> None:
-        state.update(elapsed=round(min(elapsed(), float(state["budget"])) if st == "done"
-                                   else elapsed(), 3), status=st, next_worker=next_id)
+        state.update(
+            elapsed=round(min(elapsed(), float(state["budget"])) if st == "done" else elapsed(), 3),
+            status=st,
+            next_worker=next_id,
+        )
         write_state(run_dir, state)
 
     if threading_main():
@@ -200,19 +227,31 @@ def run_campaign(opts: CampaignOptions) -> CampaignResult:
         if remaining > 0.5 and todo:
             backend = _backend(backend_name, state, opts)
             sources = target_sources(sorted({t for t, _ in plan}))
-            common = {"run_dir": str(run_dir), "corpus": state["corpus"],
-                      "profile": state.get("profile", opts.profile),
-                      "case_timeout": case_timeout, "engine": state["engine"],
-                      "isolate": state["isolate"], "memory_mb": state.get("memory_mb"),
-                      "sources": sources, "preload": source_modules(sources),
-                      "sys_path": [p for p in sys.path if p], "cwd": os.getcwd(),
-                      "heartbeat": opts.heartbeat, "confirm": opts.confirm,
-                      "known": opts.known.to_json() if opts.known is not None else
-                      state.get("known", [])}
+            common = {
+                "run_dir": str(run_dir),
+                "corpus": state["corpus"],
+                "profile": state.get("profile", opts.profile),
+                "case_timeout": case_timeout,
+                "engine": state["engine"],
+                "isolate": state["isolate"],
+                "memory_mb": state.get("memory_mb"),
+                "sources": sources,
+                "preload": source_modules(sources),
+                "sys_path": [p for p in sys.path if p],
+                "cwd": os.getcwd(),
+                "heartbeat": opts.heartbeat,
+                "confirm": opts.confirm,
+                "known": opts.known.to_json() if opts.known is not None else state.get("known", []),
+            }
             last_seen: dict[int, float] = {}
             for items in assign(todo, int(state["workers"])):
-                spec = dict(common, worker=next_id, seed=int(state["seed"]) * 1000 + next_id,
-                            items=[list(i) for i in items], budget=remaining)
+                spec = dict(
+                    common,
+                    worker=next_id,
+                    seed=int(state["seed"]) * 1000 + next_id,
+                    items=[list(i) for i in items],
+                    budget=remaining,
+                )
                 log.emit("worker_launch", worker=next_id, items=spec["items"])
                 handles[next_id] = (backend.start(spec), spec)
                 last_seen[next_id] = time.monotonic()
@@ -244,8 +283,12 @@ def run_campaign(opts: CampaignOptions) -> CampaignResult:
                         if wid in stats.exited:
                             del handles[wid]
                             continue
-                        log.emit("worker_exit", worker=wid, status="died",
-                                 exitcode=backend.exitcode(handle))
+                        log.emit(
+                            "worker_exit",
+                            worker=wid,
+                            status="died",
+                            exitcode=backend.exitcode(handle),
+                        )
                     else:
                         log.emit("worker_hung", worker=wid, silent_s=round(silent, 2))
                         backend.kill(handle)
@@ -253,10 +296,19 @@ def run_campaign(opts: CampaignOptions) -> CampaignResult:
                     del handles[wid]
                     left = deadline - now
                     started = wid in stats.workers  # one that cannot start would die again
-                    if started and left > 1.0 and replacements < MAX_REPLACEMENTS and now < hard_stop:
+                    if (
+                        started
+                        and left > 1.0
+                        and replacements < MAX_REPLACEMENTS
+                        and now < hard_stop
+                    ):
                         replacements += 1
-                        new_spec = dict(spec, worker=next_id, budget=left,
-                                        seed=int(state["seed"]) * 1000 + next_id)
+                        new_spec = dict(
+                            spec,
+                            worker=next_id,
+                            budget=left,
+                            seed=int(state["seed"]) * 1000 + next_id,
+                        )
                         log.emit("worker_replaced", worker=next_id, replaces=wid)
                         handles[next_id] = (backend.start(new_spec), new_spec)
                         last_seen[next_id] = time.monotonic()
@@ -292,8 +344,7 @@ def run_campaign(opts: CampaignOptions) -> CampaignResult:
         progress.finish(stats, elapsed())
         write_html_if_available(run_dir)
     cases, _ = stats.totals()
-    return CampaignResult(run_dir, summary, list(stats.findings.values()), cases, elapsed(),
-                          status)
+    return CampaignResult(run_dir, summary, list(stats.findings.values()), cases, elapsed(), status)
 
 
 def threading_main() -> bool:
@@ -310,16 +361,19 @@ def _backend(name: str, state: dict[str, Any], opts: CampaignOptions) -> Any:
     if name == "ray":
         from fuzzkit.campaign.ray_backend import RayBackend
 
-        return RayBackend(address=opts.address or state.get("address"),
-                          num_gpus=opts.num_gpus or state.get("num_gpus") or 0,
-                          num_cpus=opts.num_cpus)
+        return RayBackend(
+            address=opts.address or state.get("address"),
+            num_gpus=opts.num_gpus or state.get("num_gpus") or 0,
+            num_cpus=opts.num_cpus,
+        )
     from fuzzkit.campaign.local import LocalBackend
 
     return LocalBackend()
 
 
-def _write_summary(run_dir: Path, state: dict[str, Any], stats: Stats,
-                   skipped: list[dict[str, str]]) -> Path:
+def _write_summary(
+    run_dir: Path, state: dict[str, Any], stats: Stats, skipped: list[dict[str, str]]
+) -> Path:
     from fuzzkit.report import write_report
 
     rows, findings = [], []
@@ -336,51 +390,104 @@ def _write_summary(run_dir: Path, state: dict[str, Any], stats: Stats,
         first = found[0] if found else None
         for event in found:
             try:
-                findings.append((event.get("case_id") or Path(event["case"]).stem,
-                                 Path(event["case"]).read_text()))
+                findings.append(
+                    (
+                        event.get("case_id") or Path(event["case"]).stem,
+                        Path(event["case"]).read_text(),
+                    )
+                )
             except OSError:
                 pass
-        rows.append({
-            "target": t, "implementation": spec, "seed": int(state["seed"]),
-            "cases": row["cases"], "seconds": round(row["seconds"], 3),
-            "cases_per_second": round(row["cases"] / row["seconds"], 2) if row["seconds"] else 0.0,
-            "finding": None if first is None else {
-                "kind": first["kind"], "signature": first["signature"],
-                "message": first["message"], "case": first["case"],
-                "seconds_to_first_failure": first.get("seconds_to_first_failure")},
-            "findings": [{"signature": e["signature"], "kind": e["kind"], "case": e["case"]}
-                         for e in found],
-            "other_signatures": stats.other.get((t, spec), {}),
-            "operations": stats.reach_of(t, spec).get("operations", {}),
-            "reach": stats.reach_of(t, spec).get("thresholds", []),
-        })
-    reach = {f"{r['target']}/{r['implementation']}": {"operations": r["operations"],
-                                                      "thresholds": r["reach"]}
-             for r in rows if r["operations"] or r["reach"]}
+        rows.append(
+            {
+                "target": t,
+                "implementation": spec,
+                "seed": int(state["seed"]),
+                "cases": row["cases"],
+                "seconds": round(row["seconds"], 3),
+                "cases_per_second": round(row["cases"] / row["seconds"], 2)
+                if row["seconds"]
+                else 0.0,
+                "finding": None
+                if first is None
+                else {
+                    "kind": first["kind"],
+                    "signature": first["signature"],
+                    "message": first["message"],
+                    "case": first["case"],
+                    "seconds_to_first_failure": first.get("seconds_to_first_failure"),
+                },
+                "findings": [
+                    {"signature": e["signature"], "kind": e["kind"], "case": e["case"]}
+                    for e in found
+                ],
+                "other_signatures": stats.other.get((t, spec), {}),
+                "operations": stats.reach_of(t, spec).get("operations", {}),
+                "reach": stats.reach_of(t, spec).get("thresholds", []),
+            }
+        )
+    reach = {
+        f"{r['target']}/{r['implementation']}": {
+            "operations": r["operations"],
+            "thresholds": r["reach"],
+        }
+        for r in rows
+        if r["operations"] or r["reach"]
+    }
     if reach:
         from fuzzkit.case import atomic_write_text
 
-        atomic_write_text(run_dir / "reach.json", json.dumps(reach, indent=1, sort_keys=True)
-                          + "\n")
-    return write_report(run_dir.parent, run_dir.name, int(state["seed"]), float(state["budget"]),
-                        rows, skipped, findings)
+        atomic_write_text(
+            run_dir / "reach.json", json.dumps(reach, indent=1, sort_keys=True) + "\n"
+        )
+    return write_report(
+        run_dir.parent,
+        run_dir.name,
+        int(state["seed"]),
+        float(state["budget"]),
+        rows,
+        skipped,
+        findings,
+    )
 
 
 class RunRecorder:
     """``state.json`` + ``events.jsonl`` for the in-process run (``--workers 1``): the same run
     directory a campaign writes, so reports read both alike."""
 
-    def __init__(self, run_dir: Path, *, seed: int, budget: float, plan: list[list[str]],
-                 corpus: Path, profile: str, case_timeout: float) -> None:
+    def __init__(
+        self,
+        run_dir: Path,
+        *,
+        seed: int,
+        budget: float,
+        plan: list[list[str]],
+        corpus: Path,
+        profile: str,
+        case_timeout: float,
+    ) -> None:
         run_dir.mkdir(parents=True, exist_ok=True)
         self.run_dir = run_dir
         self.start = time.monotonic()
-        self.state = {"run_id": run_dir.name, "seed": seed, "budget": budget, "plan": plan,
-                      "workers": 1, "backend": "local", "engine": "hypothesis",
-                      "isolate": False, "memory_mb": None, "corpus": str(Path(corpus).resolve()),
-                      "started": time.time(), "elapsed": 0.0, "status": "running",
-                      "resumes": 0, "profile": profile, "case_timeout": case_timeout,
-                      "in_process": True}
+        self.state = {
+            "run_id": run_dir.name,
+            "seed": seed,
+            "budget": budget,
+            "plan": plan,
+            "workers": 1,
+            "backend": "local",
+            "engine": "hypothesis",
+            "isolate": False,
+            "memory_mb": None,
+            "corpus": str(Path(corpus).resolve()),
+            "started": time.time(),
+            "elapsed": 0.0,
+            "status": "running",
+            "resumes": 0,
+            "profile": profile,
+            "case_timeout": case_timeout,
+            "in_process": True,
+        }
         write_state(run_dir, self.state)
         self.log = EventLog(run_dir, worker=0)
         self.log.emit("worker_start", pid=os.getpid(), seed=seed, items=plan, budget=budget)
@@ -392,8 +499,13 @@ class RunRecorder:
             now = time.monotonic()
             if final or now - last[0] >= 1.0:
                 last[0] = now
-                self.log.emit("progress", target=target, impl=impl, cases=n,
-                              elapsed=round(now - item_start, 3))
+                self.log.emit(
+                    "progress",
+                    target=target,
+                    impl=impl,
+                    cases=n,
+                    elapsed=round(now - item_start, 3),
+                )
 
         on_case(0, final=True)
         return on_case
@@ -401,14 +513,20 @@ class RunRecorder:
     def found(self, case: Any, path: Path, sequence: Any = None) -> None:
         """Log one finding (its case file is on disk already)."""
         f = case.failure
-        self.log.emit("finding", target=case.target, impl=case.implementation,
-                      signature=f.signature, kind=f.kind, message=f.message,
-                      case=str(Path(path).resolve()), case_id=case.case_id,
-                      sequence=sequence.case_id if sequence is not None else None)
+        self.log.emit(
+            "finding",
+            target=case.target,
+            impl=case.implementation,
+            signature=f.signature,
+            kind=f.kind,
+            message=f.message,
+            case=str(Path(path).resolve()),
+            case_id=case.case_id,
+            sequence=sequence.case_id if sequence is not None else None,
+        )
 
     def finish(self, status: str = "done") -> None:
-        self.log.emit("worker_exit", status="ok",
-                      elapsed=round(time.monotonic() - self.start, 3))
+        self.log.emit("worker_exit", status="ok", elapsed=round(time.monotonic() - self.start, 3))
         self.log.close()
         self.state.update(status=status, elapsed=round(time.monotonic() - self.start, 3))
         write_state(self.run_dir, self.state)

@@ -17,8 +17,9 @@ class LocalBackend:
 
     def start(self, spec: dict[str, Any]) -> Any:
         spec = dict(spec, parent_pid=os.getpid())
-        proc = self.ctx.Process(target=worker_main, args=(spec,), daemon=True,
-                                name=f"fuzzkit-worker-{spec['worker']}")
+        proc = self.ctx.Process(
+            target=worker_main, args=(spec,), daemon=True, name=f"fuzzkit-worker-{spec['worker']}"
+        )
         proc.start()
         return proc
 

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import importlib
 import json
-from typing import Any, Optional, Sequence
+from typing import Any, Sequence
 
 from fuzzkit.errors import UsageError
 
 Item = tuple[str, str]  # (target name, implementation name or module:attr spec)
 
 
-def build_plan(names: Sequence[str], all_targets: bool,
-               impl: Optional[str]) -> tuple[list[Item], list[dict[str, str]]]:
+def build_plan(
+    names: Sequence[str], all_targets: bool, impl: str | None
+) -> tuple[list[Item], list[dict[str, str]]]:
     """The runnable (target, impl) pairs and the skipped ones, validated here (fails fast)."""
     from fuzzkit.registry import get_target, resolve_implementation, target_names
 
@@ -25,13 +26,17 @@ def build_plan(names: Sequence[str], all_targets: bool,
     plan: list[Item] = []
     skipped: list[dict[str, str]] = []
     for target in targets:
-        impls = ([(impl, resolve_implementation(target, impl))] if impl
-                 else [(i.name, i) for i in target.implementations.values()])
+        impls = (
+            [(impl, resolve_implementation(target, impl))]
+            if impl
+            else [(i.name, i) for i in target.implementations.values()]
+        )
         for spec, implementation in impls:
             reason = implementation.unavailable()
             if reason:
-                skipped.append({"target": target.name, "implementation": implementation.name,
-                                "reason": reason})
+                skipped.append(
+                    {"target": target.name, "implementation": implementation.name, "reason": reason}
+                )
             else:
                 plan.append((target.name, spec))
     if not plan:
@@ -64,8 +69,7 @@ def target_sources(names: Sequence[str]) -> bytes:
             continue
         module = getattr(source, "__module__", None)
         qualname = getattr(source, "__qualname__", "")
-        if (not module or module in ("__main__", "__mp_main__") or not qualname
-                or "<" in qualname):
+        if not module or module in ("__main__", "__mp_main__") or not qualname or "<" in qualname:
             continue
         sources[name] = f"{module}:{qualname}"
     return json.dumps(sources, sort_keys=True).encode()
@@ -74,7 +78,8 @@ def target_sources(names: Sequence[str]) -> bytes:
 def _named(blob: bytes) -> dict[str, str]:
     data = json.loads(blob.decode()) if blob else {}
     if not isinstance(data, dict) or not all(
-            isinstance(k, str) and isinstance(v, str) and ":" in v for k, v in data.items()):
+        isinstance(k, str) and isinstance(v, str) and ":" in v for k, v in data.items()
+    ):
         raise ValueError("target sources must be a JSON object of name -> 'module:qualname'")
     return data
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from typing import Any, Optional, Sequence
+from typing import Any, Sequence
 
 
 class Stats:
@@ -21,7 +21,7 @@ class Stats:
         #: (target, impl) -> summed operation / pair counts and threshold boundary counts
         self.reach: dict[tuple[str, str], dict[str, Any]] = {}
 
-    def add(self, event: dict[str, Any]) -> Optional[dict[str, Any]]:
+    def add(self, event: dict[str, Any]) -> dict[str, Any] | None:
         """Fold one event in; returns it when it is a new (deduplicated) finding."""
         kind, wid = event.get("type"), event.get("worker", -1)
         if kind == "progress":
@@ -45,8 +45,9 @@ class Stats:
 
     def _add_reach(self, key: tuple[str, str], event: dict[str, Any]) -> None:
         """Sum one worker's operation and threshold counts into the pair's."""
-        slot = self.reach.setdefault(key, {"operations": {"cases": 0, "operations": {},
-                                                          "pairs": {}}, "thresholds": {}})
+        slot = self.reach.setdefault(
+            key, {"operations": {"cases": 0, "operations": {}, "pairs": {}}, "thresholds": {}}
+        )
         ops = event.get("operations") or {}
         total = slot["operations"]
         total["cases"] += int(ops.get("cases", 0))
@@ -55,8 +56,9 @@ class Stats:
                 total[group][name] = total[group].get(name, 0) + int(n)
         for t in event.get("reach") or []:
             name = f"{t.get('size')}={t.get('value')}"
-            row = slot["thresholds"].setdefault(name, {**t, "seen": {}, "above": 0,
-                                                       "at_double": 0, "cases": 0})
+            row = slot["thresholds"].setdefault(
+                name, {**t, "seen": {}, "above": 0, "at_double": 0, "cases": 0}
+            )
             for value, n in (t.get("seen") or {}).items():
                 row["seen"][value] = row["seen"].get(value, 0) + int(n)
             for field in ("above", "at_double", "cases"):
@@ -67,8 +69,10 @@ class Stats:
         slot = self.reach.get((target, impl))
         if not slot:
             return {}
-        return {"operations": slot["operations"] if slot["operations"]["cases"] else {},
-                "thresholds": list(slot["thresholds"].values())}
+        return {
+            "operations": slot["operations"] if slot["operations"]["cases"] else {},
+            "thresholds": list(slot["thresholds"].values()),
+        }
 
     def items(self) -> list[tuple[str, str]]:
         seen = {(t, i) for _, t, i in self.progress} | {(t, i) for t, i, _ in self.findings}
@@ -84,9 +88,14 @@ class Stats:
             if wid not in self.exited and el > 0:
                 rate += n / el
         findings = [f for (t, i, _), f in self.findings.items() if (t, i) == (target, impl)]
-        return {"target": target, "impl": impl, "cases": cases, "seconds": seconds,
-                "cases_per_second": rate if rate else (cases / seconds if seconds else 0.0),
-                "findings": findings}
+        return {
+            "target": target,
+            "impl": impl,
+            "cases": cases,
+            "seconds": seconds,
+            "cases_per_second": rate if rate else (cases / seconds if seconds else 0.0),
+            "findings": findings,
+        }
 
     def totals(self) -> tuple[int, int]:
         return sum(n for n, _ in self.progress.values()), len(self.findings)
@@ -111,8 +120,9 @@ class Progress:
         if self.mode == "jsonl":
             print(json.dumps(event, sort_keys=True), flush=True)
         else:
-            line = (f"finding: {event['target']}/{event['impl']} {event['signature']} "
-                    f"{event['case']}")
+            line = (
+                f"finding: {event['target']}/{event['impl']} {event['signature']} {event['case']}"
+            )
             if self.live is not None:
                 self.live.console.print(line)
             else:
@@ -127,11 +137,21 @@ class Progress:
         elif self.mode == "jsonl" and now - self.last >= 1.0:
             self.last = now
             cases, found = stats.totals()
-            print(json.dumps({"t": time.time(), "type": "status", "elapsed": round(elapsed, 2),
-                              "remaining": round(max(0.0, self.budget - elapsed), 2),
-                              "workers": workers, "cases": cases, "findings": found,
-                              "rows": [_plain(stats.row(t, i)) for t, i in stats.items()]}),
-                  flush=True)
+            print(
+                json.dumps(
+                    {
+                        "t": time.time(),
+                        "type": "status",
+                        "elapsed": round(elapsed, 2),
+                        "remaining": round(max(0.0, self.budget - elapsed), 2),
+                        "workers": workers,
+                        "cases": cases,
+                        "findings": found,
+                        "rows": [_plain(stats.row(t, i)) for t, i in stats.items()],
+                    }
+                ),
+                flush=True,
+            )
 
     def finish(self, stats: Stats, elapsed: float) -> None:
         if self.live is not None:
@@ -143,31 +163,51 @@ class Progress:
             return
         if self.mode == "jsonl":
             cases, found = stats.totals()
-            print(json.dumps({"t": time.time(), "type": "done", "elapsed": round(elapsed, 2),
-                              "cases": cases, "findings": found}), flush=True)
+            print(
+                json.dumps(
+                    {
+                        "t": time.time(),
+                        "type": "done",
+                        "elapsed": round(elapsed, 2),
+                        "cases": cases,
+                        "findings": found,
+                    }
+                ),
+                flush=True,
+            )
             return
         from rich.console import Console
 
         Console(width=140).print(self._table(stats, elapsed))
 
-    def _table(self, stats: Optional[Stats], elapsed: float) -> Any:
+    def _table(self, stats: Stats | None, elapsed: float) -> Any:
         from rich.table import Table
 
-        table = Table(title=f"elapsed {elapsed:.0f} s, remaining "
-                            f"{max(0.0, self.budget - elapsed):.0f} s")
-        for column in ("target", "impl", "cases", "cases/s", "findings", "elapsed",
-                       "remaining"):
+        table = Table(
+            title=f"elapsed {elapsed:.0f} s, remaining {max(0.0, self.budget - elapsed):.0f} s"
+        )
+        for column in ("target", "impl", "cases", "cases/s", "findings", "elapsed", "remaining"):
             table.add_column(column)
         remaining = f"{max(0.0, self.budget - elapsed):.0f}"
-        for t, i in (stats.items() if stats else []):
+        for t, i in stats.items() if stats else []:
             row = stats.row(t, i)  # type: ignore[union-attr]
             found = "\n".join(f"[red]{f['signature']}[/]" for f in row["findings"]) or "0"
-            table.add_row(t, i, str(row["cases"]), f"{row['cases_per_second']:.1f}", found,
-                          f"{row['seconds']:.1f}", remaining)
+            table.add_row(
+                t,
+                i,
+                str(row["cases"]),
+                f"{row['cases_per_second']:.1f}",
+                found,
+                f"{row['seconds']:.1f}",
+                remaining,
+            )
         return table
 
 
 def _plain(row: dict[str, Any]) -> dict[str, Any]:
-    return {**row, "cases_per_second": round(row["cases_per_second"], 2),
-            "seconds": round(row["seconds"], 2),
-            "findings": [f["signature"] for f in row["findings"]]}
+    return {
+        **row,
+        "cases_per_second": round(row["cases_per_second"], 2),
+        "seconds": round(row["seconds"], 2),
+        "findings": [f["signature"] for f in row["findings"]],
+    }

@@ -6,7 +6,7 @@ shared filesystem: NFS, a cluster volume); on a single machine a local Ray insta
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 from fuzzkit.errors import UsageError
 
@@ -14,8 +14,9 @@ from fuzzkit.errors import UsageError
 class RayBackend:
     name = "ray"
 
-    def __init__(self, address: Optional[str] = None, num_gpus: float = 0,
-                 num_cpus: Optional[int] = None) -> None:
+    def __init__(
+        self, address: str | None = None, num_gpus: float = 0, num_cpus: int | None = None
+    ) -> None:
         try:
             import ray
         except ImportError:
@@ -31,8 +32,10 @@ class RayBackend:
             try:
                 ray.init(**kwargs)
             except Exception as exc:  # noqa: BLE001 - connection errors etc.
-                raise UsageError(f"cannot start or reach Ray ({type(exc).__name__}: "
-                                 f"{str(exc).splitlines()[0] if str(exc) else ''})") from None
+                raise UsageError(
+                    f"cannot start or reach Ray ({type(exc).__name__}: "
+                    f"{str(exc).splitlines()[0] if str(exc) else ''})"
+                ) from None
             self._owns = True
         from fuzzkit.campaign.worker import worker_main
 

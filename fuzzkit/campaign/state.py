@@ -13,7 +13,7 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator
 
 from fuzzkit.case import atomic_write_text
 
@@ -48,8 +48,12 @@ class EventLog:
         self.fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
     def emit(self, type: str, **fields: Any) -> dict[str, Any]:
-        event = {"t": time.time(), "worker": fields.pop("worker", self.worker), "type": type,
-                 **fields}
+        event = {
+            "t": time.time(),
+            "worker": fields.pop("worker", self.worker),
+            "type": type,
+            **fields,
+        }
         self.write(event)
         return event
 
@@ -133,14 +137,17 @@ def claim_finding(run_dir: Path, event: dict[str, Any]) -> bool:
             pass
 
 
-def reconcile_claims(run_dir: Path, events: Optional[list[dict[str, Any]]] = None) -> int:
+def reconcile_claims(run_dir: Path, events: list[dict[str, Any]] | None = None) -> int:
     """Append the finding events of claims that never reached events.jsonl; returns how many."""
     claims = Path(run_dir) / CLAIMS
     if not claims.is_dir():
         return 0
     events = read_events(run_dir) if events is None else events
-    logged = {finding_key(e["target"], e["impl"], e["signature"])
-              for e in events if e.get("type") == "finding"}
+    logged = {
+        finding_key(e["target"], e["impl"], e["signature"])
+        for e in events
+        if e.get("type") == "finding"
+    }
     log, added = None, 0
     for path in sorted(claims.glob("*.json")):
         if path.stem in logged:

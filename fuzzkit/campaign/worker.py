@@ -56,8 +56,13 @@ def worker_main(spec: dict[str, Any]) -> dict[str, Any]:
     run_dir = Path(spec["run_dir"])
     wid = spec["worker"]
     log = EventLog(run_dir, worker=wid)
-    log.emit("worker_start", pid=os.getpid(), seed=spec["seed"], items=spec["items"],
-             budget=spec["budget"])
+    log.emit(
+        "worker_start",
+        pid=os.getpid(),
+        seed=spec["seed"],
+        items=spec["items"],
+        budget=spec["budget"],
+    )
     start = time.monotonic()
     deadline = start + spec["budget"]
     totals = {"cases": 0, "findings": 0}
@@ -79,18 +84,38 @@ def worker_main(spec: dict[str, Any]) -> dict[str, Any]:
             last = [0.0]
             interval = spec.get("heartbeat", 1.0)
 
-            def progress(n: int, final: bool = False) -> None:
+            def progress(
+                n: int,
+                final: bool = False,
+                last: list[float] = last,
+                interval: float = interval,
+                tname: str = tname,
+                impl: Any = impl,
+                item_start: float = item_start,
+            ) -> None:
                 now = time.monotonic()
                 if final or now - last[0] >= interval:
                     last[0] = now
-                    log.emit("progress", target=tname, impl=impl.name, cases=n,
-                             elapsed=round(now - item_start, 3))
+                    log.emit(
+                        "progress",
+                        target=tname,
+                        impl=impl.name,
+                        cases=n,
+                        elapsed=round(now - item_start, 3),
+                    )
 
             progress(0, final=True)
             reported: set[str] = set()
+            result_box: list[Any] = []
 
-            def report(finding: Any, sequence: Any = None, tname: str = tname,
-                       impl: Any = impl, reported: set[str] = reported) -> None:
+            def report(
+                finding: Any,
+                sequence: Any = None,
+                tname: str = tname,
+                impl: Any = impl,
+                reported: set[str] = reported,
+                result_box: list[Any] = result_box,
+            ) -> None:
                 """Save one finding (and its sequence) and log it, as soon as it is final."""
                 if finding.failure is None or finding.case_id in reported:
                     return
@@ -101,22 +126,33 @@ def worker_main(spec: dict[str, Any]) -> dict[str, Any]:
                     sequence.save(corpus.directory(root, tname, "sequences"))
                 first = None
                 if result_box:
-                    first = result_box[0].found_at.get(finding.failure.signature, {}).get(
-                        "seconds")
-                event = {"t": time.time(), "worker": wid, "type": "finding", "target": tname,
-                         "impl": impl.name, "signature": finding.failure.signature,
-                         "kind": finding.failure.kind, "message": finding.failure.message,
-                         "case": str(path.resolve()), "case_id": finding.case_id,
-                         "sequence": sequence.case_id if sequence is not None else None,
-                         "seconds_to_first_failure": first}
+                    first = result_box[0].found_at.get(finding.failure.signature, {}).get("seconds")
+                event = {
+                    "t": time.time(),
+                    "worker": wid,
+                    "type": "finding",
+                    "target": tname,
+                    "impl": impl.name,
+                    "signature": finding.failure.signature,
+                    "kind": finding.failure.kind,
+                    "message": finding.failure.message,
+                    "case": str(path.resolve()),
+                    "case_id": finding.case_id,
+                    "sequence": sequence.case_id if sequence is not None else None,
+                    "seconds_to_first_failure": first,
+                }
                 if claim_finding(run_dir, event):
                     log.write(event)
                     totals["findings"] += 1
                 else:
-                    log.emit("duplicate", target=tname, impl=impl.name,
-                             signature=finding.failure.signature, case=str(path.resolve()))
+                    log.emit(
+                        "duplicate",
+                        target=tname,
+                        impl=impl.name,
+                        signature=finding.failure.signature,
+                        case=str(path.resolve()),
+                    )
 
-            result_box: list[Any] = []
             result = _fuzz_item(spec, target, impl, share, progress, report, ispec)
             result_box.append(result)
             progress(result.cases, final=True)
@@ -127,15 +163,21 @@ def worker_main(spec: dict[str, Any]) -> dict[str, Any]:
             for finding in found:  # the ones not reported as they were found (atheris)
                 report(finding, (getattr(result, "sequences", None) or {}).get(finding.case_id))
             if getattr(result, "operations", None) or getattr(result, "reach", None):
-                log.emit("reach", target=tname, impl=impl.name,
-                         operations=getattr(result, "operations", {}),
-                         reach=getattr(result, "reach", []))
+                log.emit(
+                    "reach",
+                    target=tname,
+                    impl=impl.name,
+                    operations=getattr(result, "operations", {}),
+                    reach=getattr(result, "reach", []),
+                )
             for sig, count in (getattr(result, "other_signatures", None) or {}).items():
-                log.emit("other_signature", target=tname, impl=impl.name, signature=sig,
-                         count=count)
+                log.emit(
+                    "other_signature", target=tname, impl=impl.name, signature=sig, count=count
+                )
     except BaseException as exc:
-        log.emit("worker_exit", status="error", error=f"{type(exc).__name__}: {exc}"[:500],
-                 **totals)
+        log.emit(
+            "worker_exit", status="error", error=f"{type(exc).__name__}: {exc}"[:500], **totals
+        )
         log.close()
         raise
     log.emit("worker_exit", status="ok", elapsed=round(time.monotonic() - start, 3), **totals)
@@ -161,8 +203,7 @@ class _SkipFound:
             if hit is not None:
                 return hit
         inner = signature.removeprefix("nondeterministic:")
-        for claimed in (signature, inner, f"state-dependent:{inner}",
-                        f"nondeterministic:{inner}"):
+        for claimed in (signature, inner, f"state-dependent:{inner}", f"nondeterministic:{inner}"):
             if (self.run_dir / CLAIMS / (finding_key(target, impl, claimed) + ".json")).exists():
                 return KnownSignature(signature, "found by another worker of this campaign")
         return None
@@ -182,7 +223,7 @@ def _start_heartbeat(log: Any, spec: dict[str, Any]) -> None:
     def beat() -> None:
         while True:
             time.sleep(interval)
-            frame = sys._current_frames().get(main_id)
+            frame = sys._current_frames().get(main_id) if main_id is not None else None
             phase = None
             while frame is not None:
                 if frame.f_code.co_name in _QUIET_PHASES:
@@ -197,25 +238,42 @@ def _start_heartbeat(log: Any, spec: dict[str, Any]) -> None:
     threading.Thread(target=beat, daemon=True, name="fuzzkit-heartbeat").start()
 
 
-def _fuzz_item(spec: dict[str, Any], target: Any, impl: Any, share: float, progress: Any,
-               report: Any = None, impl_spec: str = "") -> Any:
+def _fuzz_item(
+    spec: dict[str, Any],
+    target: Any,
+    impl: Any,
+    share: float,
+    progress: Any,
+    report: Any = None,
+    impl_spec: str = "",
+) -> Any:
     run_dir = Path(spec["run_dir"])
     checker = None
     if spec.get("isolate"):
         from fuzzkit.isolation import IsolatedChecker  # H-A; ImportError surfaces as an error
 
-        checker = IsolatedChecker(target.name, impl.name, case_timeout=spec["case_timeout"],
-                                  memory_mb=spec.get("memory_mb"),
-                                  inflight_dir=run_dir / "inflight",
-                                  preload=spec.get("preload", ()))
+        checker = IsolatedChecker(
+            target.name,
+            impl.name,
+            case_timeout=spec["case_timeout"],
+            memory_mb=spec.get("memory_mb"),
+            inflight_dir=run_dir / "inflight",
+            preload=spec.get("preload", ()),
+        )
     try:
         if spec.get("engine") == "atheris":
             from fuzzkit.engines.atheris import fuzz_atheris
 
-            return fuzz_atheris(target, impl, budget=share, seed=spec["seed"],
-                                corpus_root=Path(spec["corpus"]), checker=checker,
-                                case_timeout=spec["case_timeout"],
-                                preload=spec.get("preload", ()))
+            return fuzz_atheris(
+                target,
+                impl,
+                budget=share,
+                seed=spec["seed"],
+                corpus_root=Path(spec["corpus"]),
+                checker=checker,
+                case_timeout=spec["case_timeout"],
+                preload=spec.get("preload", ()),
+            )
         from fuzzkit.engines.hypothesis import fuzz
 
         kwargs: dict[str, Any] = {}
@@ -234,14 +292,29 @@ def _fuzz_item(spec: dict[str, Any], target: Any, impl: Any, share: float, progr
             from fuzzkit.fresh import FreshConfirmer, FreshContext
             from fuzzkit.isolation import target_source_spec
 
-            confirm = FreshConfirmer(FreshContext(
-                target.name, impl_spec or impl.name, preload=tuple(spec.get("preload", ())),
-                target_spec=target_source_spec(target.name),
-                case_timeout=spec["case_timeout"]))
-        return fuzz(target, impl, budget=share, seed=spec["seed"], profile=spec["profile"],
-                    database_dir=run_dir / "db", case_timeout=spec["case_timeout"],
-                    on_case=progress, known=known, confirm=confirm, on_finding=report,
-                    **kwargs)
+            confirm = FreshConfirmer(
+                FreshContext(
+                    target.name,
+                    impl_spec or impl.name,
+                    preload=tuple(spec.get("preload", ())),
+                    target_spec=target_source_spec(target.name),
+                    case_timeout=spec["case_timeout"],
+                )
+            )
+        return fuzz(
+            target,
+            impl,
+            budget=share,
+            seed=spec["seed"],
+            profile=spec["profile"],
+            database_dir=run_dir / "db",
+            case_timeout=spec["case_timeout"],
+            on_case=progress,
+            known=known,
+            confirm=confirm,
+            on_finding=report,
+            **kwargs,
+        )
     finally:
         if checker is not None and hasattr(checker, "close"):
             checker.close()

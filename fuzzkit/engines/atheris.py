@@ -30,7 +30,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Sequence
 
 from fuzzkit.case import Case, atomic_write_text
 from fuzzkit.engines.hypothesis import FuzzResult
@@ -38,8 +38,10 @@ from fuzzkit.errors import UsageError
 from fuzzkit.isolation import load_target_modules, target_source_spec
 from fuzzkit.target import Implementation, Target
 
-MISSING = ("atheris is not installed (pip install 'fuzzkit[atheris]'; it needs CPython 3.8-3.11 on "
-           "Linux/macOS)")
+MISSING = (
+    "atheris is not installed (pip install 'fuzzkit[atheris]'; it needs CPython 3.8-3.11 on "
+    "Linux/macOS)"
+)
 #: Seconds the parent waits beyond the budget (start-up, shrinking, libFuzzer's exit).
 GRACE_S = 120.0
 
@@ -50,22 +52,31 @@ class AtherisResult(FuzzResult):
 
     findings: list[Case] = dataclasses.field(default_factory=list)
     finding_paths: list[Path] = dataclasses.field(default_factory=list)
-    exit_code: Optional[int] = None
+    exit_code: int | None = None
 
 
 def require_atheris() -> None:
     """Raise the one-line :class:`UsageError` when atheris cannot be imported here."""
     try:
         import atheris  # noqa: F401
-    except Exception:  # ImportError, or a build that does not load on this Python
+    except Exception:  # noqa: BLE001 - ImportError, or a build that does not load on this Python
         raise UsageError(MISSING) from None
 
 
-def fuzz_atheris(target: Target, impl: Implementation, budget: float, seed: int = 0,
-                 corpus_root: os.PathLike[str] | str = Path("corpus"), checker: Any = None, *,
-                 case_timeout: Optional[float] = None, properties: bool = True,
-                 shrink: bool = True, mutant: Optional[str] = None,
-                 preload: Sequence[str] = ()) -> AtherisResult:
+def fuzz_atheris(
+    target: Target,
+    impl: Implementation,
+    budget: float,
+    seed: int = 0,
+    corpus_root: os.PathLike[str] | str = Path("corpus"),
+    checker: Any = None,
+    *,
+    case_timeout: float | None = None,
+    properties: bool = True,
+    shrink: bool = True,
+    mutant: str | None = None,
+    preload: Sequence[str] = (),
+) -> AtherisResult:
     """Fuzz ``impl`` with atheris for about ``budget`` seconds (at least 1).
 
     ``target`` and ``impl`` are looked up again by name in the subprocess (``preload``: modules
@@ -77,22 +88,33 @@ def fuzz_atheris(target: Target, impl: Implementation, budget: float, seed: int 
     corpus_root = Path(corpus_root)
     result = AtherisResult(target.name, impl.name, seed)
     work = Path(tempfile.mkdtemp(prefix="fuzzkit-atheris-"))
-    isolation = None
+    isolation: dict[str, Any] | None = None
     if checker is not None:
-        isolation = {"case_timeout": getattr(checker, "case_timeout", case_timeout),
-                     "memory_mb": getattr(checker, "memory_mb", None),
-                     "inflight_dir": str(getattr(checker, "inflight_dir", work / "inflight")),
-                     "mutant": getattr(checker, "mutant", None),
-                     "preload": list(getattr(checker, "preload", ()))}
+        isolation = {
+            "case_timeout": getattr(checker, "case_timeout", case_timeout),
+            "memory_mb": getattr(checker, "memory_mb", None),
+            "inflight_dir": str(getattr(checker, "inflight_dir", work / "inflight")),
+            "mutant": getattr(checker, "mutant", None),
+            "preload": list(getattr(checker, "preload", ())),
+        }
         mutant = mutant or isolation["mutant"]
         preload = tuple(preload) or tuple(isolation["preload"])
     config = {
-        "target": target.name, "impl": impl.name, "seed": seed, "budget": budget,
-        "corpus_root": str(corpus_root.resolve()), "case_timeout": case_timeout,
-        "properties": properties, "shrink": shrink, "mutant": mutant, "preload": list(preload),
+        "target": target.name,
+        "impl": impl.name,
+        "seed": seed,
+        "budget": budget,
+        "corpus_root": str(corpus_root.resolve()),
+        "case_timeout": case_timeout,
+        "properties": properties,
+        "shrink": shrink,
+        "mutant": mutant,
+        "preload": list(preload),
         "target_spec": target_source_spec(target.name),
-        "isolation": isolation, "results": str(work / "results.jsonl"),
-        "stats": str(work / "stats.json"), "artifacts": str(work / "artifacts") + os.sep,
+        "isolation": isolation,
+        "results": str(work / "results.jsonl"),
+        "stats": str(work / "stats.json"),
+        "artifacts": str(work / "artifacts") + os.sep,
         "corpus_dir": str(work / "libfuzzer-corpus"),
     }
     (work / "artifacts").mkdir()
@@ -105,13 +127,26 @@ def fuzz_atheris(target: Target, impl: Implementation, budget: float, seed: int 
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _run(result: AtherisResult, config: dict[str, Any], config_path: Path, work: Path,
-         target: Target, impl: Implementation, budget: float) -> AtherisResult:
+def _run(
+    result: AtherisResult,
+    config: dict[str, Any],
+    config_path: Path,
+    work: Path,
+    target: Target,
+    impl: Implementation,
+    budget: float,
+) -> AtherisResult:
     start = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "fuzzkit.engines.atheris", str(config_path)],
-                          cwd=work, env=_child_env(), stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True, errors="replace",
-                          timeout=max(1.0, budget) + GRACE_S)
+    proc = subprocess.run(
+        [sys.executable, "-m", "fuzzkit.engines.atheris", str(config_path)],
+        cwd=work,
+        env=_child_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        errors="replace",
+        timeout=max(1.0, budget) + GRACE_S,
+    )
     result.seconds = time.monotonic() - start
     result.exit_code = proc.returncode
     stats = _read_json(Path(config["stats"])) or {}
@@ -121,20 +156,27 @@ def _run(result: AtherisResult, config: dict[str, Any], config_path: Path, work:
         _add_finding(result, line)
     if proc.returncode != 0:
         # The case that took the process down: libFuzzer saved its bytes (one artifact).
-        artifacts = [p for p in sorted((work / "artifacts").iterdir())
-                     if p.name.split("-", 1)[0] in ("crash", "oom", "timeout")]
+        artifacts = [
+            p
+            for p in sorted((work / "artifacts").iterdir())
+            if p.name.split("-", 1)[0] in ("crash", "oom", "timeout")
+        ]
         if artifacts:
             lines = _decode_artifact(config, config_path, artifacts[0], proc.returncode)
-            for line in lines[len(seen):]:
-                if line["signature"] not in {f.failure.signature for f in result.findings}:
+            for line in lines[len(seen) :]:
+                if line["signature"] not in {
+                    f.failure.signature for f in result.findings if f.failure
+                }:
                     _add_finding(result, line)
     first = result.finding.failure.signature if result.finding and result.finding.failure else None
     hits = dict(stats.get("hits", {}))
     result.other_signatures = {sig: n for sig, n in hits.items() if sig != first}
     if not result.findings and proc.returncode not in (0, None):
         tail = "\n".join(proc.stdout.strip().splitlines()[-15:])
-        raise RuntimeError(f"atheris run for {target.name}/{impl.name} failed with exit code "
-                           f"{proc.returncode}:\n{tail}")
+        raise RuntimeError(
+            f"atheris run for {target.name}/{impl.name} failed with exit code "
+            f"{proc.returncode}:\n{tail}"
+        )
     return result
 
 
@@ -154,8 +196,9 @@ def _add_finding(result: AtherisResult, line: dict[str, Any]) -> None:
 def _child_env() -> dict[str, str]:
     env = dict(os.environ)
     paths = [p for p in sys.path if p] + [str(Path(__file__).resolve().parents[2])]
-    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(
-        paths + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]))
+    env["PYTHONPATH"] = os.pathsep.join(
+        dict.fromkeys(paths + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    )
     return env
 
 
@@ -180,13 +223,26 @@ def _lines(path: Path) -> list[dict[str, Any]]:
     return out
 
 
-def _decode_artifact(config: dict[str, Any], config_path: Path, artifact: Path,
-                     code: int) -> list[dict[str, Any]]:
+def _decode_artifact(
+    config: dict[str, Any], config_path: Path, artifact: Path, code: int
+) -> list[dict[str, Any]]:
     """Turn libFuzzer's crash bytes into a case file, without running the case again."""
-    proc = subprocess.run([sys.executable, "-m", "fuzzkit.engines.atheris", str(config_path),
-                           "--decode", str(artifact), str(code)],
-                          cwd=config_path.parent, env=_child_env(), capture_output=True, text=True,
-                          timeout=GRACE_S)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "fuzzkit.engines.atheris",
+            str(config_path),
+            "--decode",
+            str(artifact),
+            str(code),
+        ],
+        cwd=config_path.parent,
+        env=_child_env(),
+        capture_output=True,
+        text=True,
+        timeout=GRACE_S,
+    )
     if proc.returncode != 0:
         return []
     return _lines(Path(config["results"]))
@@ -221,18 +277,26 @@ def _instrumented_packages(config: dict[str, Any]) -> list[str]:
 
     registry.target_names()  # loads built-ins and entry points into the registry
     source = registry._sources.get(config["target"])
-    specs = [source if isinstance(source, str) else None, config.get("target_spec"),
-             *config["preload"], config["impl"] if ":" in config["impl"] else None]
+    specs = [
+        source if isinstance(source, str) else None,
+        config.get("target_spec"),
+        *config["preload"],
+        config["impl"] if ":" in config["impl"] else None,
+    ]
     return sorted({spec.split(":")[0].split(".")[0] for spec in specs if spec})
 
 
-def _build_test(config: dict[str, Any], target: Target, impl: Implementation,
-                run_one: Any) -> Any:
+def _build_test(config: dict[str, Any], target: Target, impl: Implementation, run_one: Any) -> Any:
     from hypothesis import HealthCheck, Verbosity, given, settings
 
     test = given(target.strategy_for(impl))(run_one)
-    return settings(database=None, deadline=None, verbosity=Verbosity.quiet,
-                    suppress_health_check=list(HealthCheck), report_multiple_bugs=False)(test)
+    return settings(
+        database=None,
+        deadline=None,
+        verbosity=Verbosity.quiet,
+        suppress_health_check=list(HealthCheck),
+        report_multiple_bugs=False,
+    )(test)
 
 
 def _append(path: str, record: dict[str, Any]) -> None:
@@ -281,9 +345,11 @@ def _main(argv: list[str]) -> int:
         now = time.monotonic()
         if force or now - state["last_stats"] >= 0.5:
             state["last_stats"] = now
-            atomic_write_text(Path(config["stats"]), json.dumps(
-                {"cases": state["cases"], "hits": state["hits"],
-                 "elapsed": now - start}) + "\n")
+            atomic_write_text(
+                Path(config["stats"]),
+                json.dumps({"cases": state["cases"], "hits": state["hits"], "elapsed": now - start})
+                + "\n",
+            )
 
     def run_one(inputs: Any) -> None:
         state["cases"] += 1
@@ -293,21 +359,35 @@ def _main(argv: list[str]) -> int:
             state["hits"][failure.signature] = state["hits"].get(failure.signature, 0) + 1
             if failure.signature not in seen:
                 seen.add(failure.signature)
-                found = Case(target=target.name, implementation=impl.name, inputs=inputs,
-                             seed=config["seed"], failure=failure, origin="atheris")
+                found = Case(
+                    target=target.name,
+                    implementation=impl.name,
+                    inputs=inputs,
+                    seed=config["seed"],
+                    failure=failure,
+                    origin="atheris",
+                )
                 if config["shrink"] and target.reducible:
                     try:
                         found = dataclasses.replace(
-                            shrink_case(target, impl, found, timeout=timeout,
-                                        checker=checker).case,
-                            seed=config["seed"], origin="atheris+ddmin")
+                            shrink_case(target, impl, found, timeout=timeout, checker=checker).case,
+                            seed=config["seed"],
+                            origin="atheris+ddmin",
+                        )
                     except ValueError:
                         pass
                 path = corpus.save(found, root, "findings")
-                _append(config["results"], {
-                    "case": str(path), "signature": failure.signature, "kind": failure.kind,
-                    "message": failure.message, "cases": state["cases"],
-                    "elapsed": time.monotonic() - start})
+                _append(
+                    config["results"],
+                    {
+                        "case": str(path),
+                        "signature": failure.signature,
+                        "kind": failure.kind,
+                        "message": failure.message,
+                        "cases": state["cases"],
+                        "elapsed": time.monotonic() - start,
+                    },
+                )
         write_stats()
 
     test = _build_test(config, target, impl, run_one)
@@ -321,9 +401,16 @@ def _main(argv: list[str]) -> int:
     atexit.register(write_stats, True)
     budget = max(1, int(round(float(config["budget"]))))
     seed = int(config["seed"]) % (2**31 - 2) + 1  # libFuzzer treats -seed=0 as "random"
-    args = [sys.argv[0], f"-max_total_time={budget}", f"-seed={seed}", "-rss_limit_mb=0",
-            "-timeout=86400", f"-artifact_prefix={config['artifacts']}",
-            "-print_final_stats=1", config["corpus_dir"]]
+    args = [
+        sys.argv[0],
+        f"-max_total_time={budget}",
+        f"-seed={seed}",
+        "-rss_limit_mb=0",
+        "-timeout=86400",
+        f"-artifact_prefix={config['artifacts']}",
+        "-print_final_stats=1",
+        config["corpus_dir"],
+    ]
     atheris.Setup(args, one_input)
     atheris.Fuzz()
     return 0
@@ -346,29 +433,54 @@ def _decode_main(config: dict[str, Any], artifact: Path, code: int) -> int:
         reason = f"exit status {code}"
     kind_tag = artifact.name.split("-", 1)[0]
     if kind_tag == "oom":
-        failure = Failure("oom", f"{impl.name} ran out of memory under atheris",
-                          f"oom:{target.name}:{impl.name}", {"artifact": artifact.name})
+        failure = Failure(
+            "oom",
+            f"{impl.name} ran out of memory under atheris",
+            f"oom:{target.name}:{impl.name}",
+            {"artifact": artifact.name},
+        )
     elif kind_tag == "timeout":
-        failure = Failure("timeout", f"{impl.name} hung under atheris",
-                          f"timeout:{target.name}:{impl.name}", {"artifact": artifact.name})
+        failure = Failure(
+            "timeout",
+            f"{impl.name} hung under atheris",
+            f"timeout:{target.name}:{impl.name}",
+            {"artifact": artifact.name},
+        )
     else:
-        failure = Failure("crash", f"{impl.name} crashed the atheris process ({reason}; "
-                          "run with --isolate for the signal)", "crash:atheris:process",
-                          {"artifact": artifact.name, "exit": code})
+        failure = Failure(
+            "crash",
+            f"{impl.name} crashed the atheris process ({reason}; "
+            "run with --isolate for the signal)",
+            "crash:atheris:process",
+            {"artifact": artifact.name, "exit": code},
+        )
     saved: list[Path] = []
 
     def decode_one(inputs: Any) -> None:
         if not saved:
-            found = Case(target=target.name, implementation=impl.name, inputs=inputs,
-                         seed=config["seed"], failure=failure, origin="atheris")
+            found = Case(
+                target=target.name,
+                implementation=impl.name,
+                inputs=inputs,
+                seed=config["seed"],
+                failure=failure,
+                origin="atheris",
+            )
             saved.append(corpus.save(found, Path(config["corpus_root"]), "findings"))
 
     test = _build_test(config, target, impl, decode_one)
     test.hypothesis.fuzz_one_input(artifact.read_bytes())
     if not saved:
         return 1
-    _append(config["results"], {"case": str(saved[0]), "signature": failure.signature,
-                                "kind": failure.kind, "message": failure.message})
+    _append(
+        config["results"],
+        {
+            "case": str(saved[0]),
+            "signature": failure.signature,
+            "kind": failure.kind,
+            "message": failure.message,
+        },
+    )
     return 0
 
 

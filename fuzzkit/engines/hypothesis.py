@@ -15,7 +15,7 @@ import collections
 import dataclasses
 import time
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable
 
 import hypothesis
 from hypothesis import HealthCheck, Phase, Verbosity, given, settings
@@ -52,9 +52,9 @@ class FuzzResult:
     cases: int = 0
     seconds: float = 0.0
     #: The first finding (kept for callers that want one); every distinct one is in ``findings``.
-    finding: Optional[Case] = None
-    seconds_to_first_failure: Optional[float] = None
-    cases_to_first_failure: Optional[int] = None
+    finding: Case | None = None
+    seconds_to_first_failure: float | None = None
+    cases_to_first_failure: int | None = None
     other_signatures: dict[str, int] = dataclasses.field(default_factory=dict)
     #: (Hypothesis seed, max_examples) of every @given chunk, in order: with these a run's
     #: generated inputs can be regenerated exactly (the overhead benchmark does).
@@ -107,18 +107,18 @@ def fuzz(
     budget: float,
     seed: int = 0,
     profile: str = "campaign",
-    database_dir: Optional[Path] = DEFAULT_DATABASE,
+    database_dir: Path | None = DEFAULT_DATABASE,
     shrink: bool = True,
     properties: bool = True,
-    case_timeout: Optional[float] = None,
-    on_case: Optional[Callable[[int], None]] = None,
-    checker: Optional[Callable[..., Verdict]] = None,
-    max_findings: Optional[int] = None,
-    known: Optional[Any] = None,
-    confirm: Optional[Callable[..., tuple[Case, Any]]] = None,
-    on_finding: Optional[Callable[[Case, Any], None]] = None,
+    case_timeout: float | None = None,
+    on_case: Callable[[int], None] | None = None,
+    checker: Callable[..., Verdict] | None = None,
+    max_findings: int | None = None,
+    known: Any | None = None,
+    confirm: Callable[..., tuple[Case, Any]] | None = None,
+    on_finding: Callable[[Case, Any], None] | None = None,
     history: int = 64,
-    steer: Optional[Callable[[], float]] = None,
+    steer: Callable[[], float] | None = None,
 ) -> FuzzResult:
     """Fuzz ``impl`` against ``target``'s reference for about ``budget`` seconds.
 
@@ -151,8 +151,11 @@ def fuzz(
         # Hypothesis's own database key would not tell implementations apart.
         slot = database_dir / target.name / _safe_name(impl.name) if database_dir else None
         options["database"] = DirectoryBasedExampleDatabase(str(slot)) if slot else None
-    phases = ([Phase.explicit, Phase.reuse, Phase.generate] + ([Phase.target] if steer else [])
-              + ([Phase.shrink] if shrink else []))
+    phases = (
+        [Phase.explicit, Phase.reuse, Phase.generate]
+        + ([Phase.target] if steer else [])
+        + ([Phase.shrink] if shrink else [])
+    )
     strategy = target.strategy_for(impl)
     check = checker if checker is not None else check_case
     operations = OperationCounts()
@@ -205,8 +208,10 @@ def fuzz(
             others[signature] += 1
             return
         if signature not in result.found_at:
-            result.found_at[signature] = {"seconds": round(time.monotonic() - start, 3),
-                                          "cases": result.cases}
+            result.found_at[signature] = {
+                "seconds": round(time.monotonic() - start, 3),
+                "cases": result.cases,
+            }
         if not chase:
             # where the bug first showed, before shrinking: the generated cases before it are the
             # state a state-dependent bug needs (shrink attempts rarely recreate it)
@@ -219,10 +224,21 @@ def fuzz(
         others[signature] += 1
         first_seen.setdefault(signature, (inputs, failure, before))
 
-    def finish(inputs: Inputs, failure: Any, before: list[Inputs], origin: str,
-               first: Optional[tuple[Inputs, list[Inputs]]] = None) -> None:
-        case = Case(target=target.name, implementation=impl.name, inputs=inputs, seed=seed,
-                    failure=failure, origin=origin)
+    def finish(
+        inputs: Inputs,
+        failure: Any,
+        before: list[Inputs],
+        origin: str,
+        first: tuple[Inputs, list[Inputs]] | None = None,
+    ) -> None:
+        case = Case(
+            target=target.name,
+            implementation=impl.name,
+            inputs=inputs,
+            seed=seed,
+            failure=failure,
+            origin=origin,
+        )
         if shrink and target.reducible and failure.kind != "timeout":
             case = _polish(target, impl, case, case_timeout, checker, until=shrink_until())
         sequence = None
@@ -234,9 +250,10 @@ def fuzz(
         result.findings.append(case)
         if result.finding is None:
             result.finding = case
-            first = result.found_at.get(failure.signature, {})
-            result.seconds_to_first_failure = first.get("seconds")
-            result.cases_to_first_failure = first.get("cases")
+            found_first = result.found_at.get(failure.signature, {})
+            result.seconds_to_first_failure = found_first.get("seconds")
+            cases = found_first.get("cases")
+            result.cases_to_first_failure = int(cases) if cases is not None else None
         if on_finding is not None:
             on_finding(case, sequence)
 
@@ -267,8 +284,13 @@ def fuzz(
             pass
         chunk += 1
         if "failure" in chase:
-            finish(chase["inputs"], chase["failure"], chase["history"], "hypothesis",
-                   chase.get("first"))
+            finish(
+                chase["inputs"],
+                chase["failure"],
+                chase["history"],
+                "hypothesis",
+                chase.get("first"),
+            )
             chase.clear()
             continue  # a finding's chunk says nothing about the case rate
         spent = time.monotonic() - before_time
@@ -291,16 +313,21 @@ def fuzz(
     return result
 
 
-def _polish(target: Target, impl: Implementation, finding: Case,
-            case_timeout: Optional[float],
-            checker: Optional[Callable[..., Verdict]] = None,
-            until: Optional[float] = None) -> Case:
+def _polish(
+    target: Target,
+    impl: Implementation,
+    finding: Case,
+    case_timeout: float | None,
+    checker: Callable[..., Verdict] | None = None,
+    until: float | None = None,
+) -> Case:
     """ddmin after Hypothesis: Hypothesis shrinks the *choices* behind a case, so structure its
     strategy imposes (a prefill drawn as add+allocate+write+publish) survives; deleting single
     program steps or array rows directly removes what the failure does not need."""
     try:
-        shrunk = shrink_case(target, impl, finding, timeout=case_timeout, checker=checker,
-                             until=until).case
+        shrunk = shrink_case(
+            target, impl, finding, timeout=case_timeout, checker=checker, until=until
+        ).case
     except ValueError:  # did not reproduce outside Hypothesis: keep what Hypothesis reported
         return finding
     return dataclasses.replace(shrunk, seed=finding.seed, origin="hypothesis+ddmin")

@@ -15,7 +15,8 @@ unit roundoff of the graph dtype (float32 ``2^-24``, float16 ``2^-11``, bfloat16
   sums of errors for sum/mean/cumsum, max of errors for amax/amin, Lipschitz constants for
   tanh/sigmoid/gelu/sin/cos/relu/abs/clamp/maximum/minimum, ``y (e^{2E}-1)`` for softmax and
   ``e_i + E`` for log_softmax (``E`` = max error along the dim), ``(e_i + E + |y_i| E)/(sigma-E)``
-  for layer_norm (``sigma = sqrt(var + eps)``), and for ``where(a > b, c, d)``: the selected branch's
+  for layer_norm (``sigma = sqrt(var + eps)``), and for ``where(a > b, c, d)``: the selected
+  branch's
   error, or ``|c - d| + max(e_c, e_d)`` where the comparison is uncertain (``|a-b| <= e_a+e_b``
   with ``e_a + e_b > 0``).  A comparison of exactly known operands (``e_a = e_b = 0``: graph
   inputs, or selections of them) is decided exactly -- a tie is a tie, so ``>`` evaluated as
@@ -66,8 +67,18 @@ import torch
 
 from .ops import LAYER_NORM_EPS, OPS, reduced_dims
 
-__all__ = ["UNIT_ROUNDOFF", "LARGEST_FINITE", "U32", "FLUSH", "error_bounds", "node_bound", "LAYOUT_OPS",
-           "SELECTION_OPS", "dependents", "representable"]
+__all__ = [
+    "UNIT_ROUNDOFF",
+    "LARGEST_FINITE",
+    "U32",
+    "FLUSH",
+    "error_bounds",
+    "node_bound",
+    "LAYOUT_OPS",
+    "SELECTION_OPS",
+    "dependents",
+    "representable",
+]
 
 U32 = 2.0**-24
 UNIT_ROUNDOFF = {"float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8}
@@ -76,11 +87,16 @@ UNIT_ROUNDOFF = {"float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8}
 FLUSH = 2.0**-126
 # absolute underflow allowance per op: a few half-subnormal spacings of the dtype and of float32,
 # and one flushed float32 result
-_ETA = {k: 4 * v + 4 * 2.0**-150 + FLUSH for k, v in
-        {"float32": 2.0**-150, "float16": 2.0**-25, "bfloat16": 2.0**-134}.items()}
+_ETA = {
+    k: 4 * v + 4 * 2.0**-150 + FLUSH
+    for k, v in {"float32": 2.0**-150, "float16": 2.0**-25, "bfloat16": 2.0**-134}.items()
+}
 #: The largest finite value of each dtype.
-LARGEST_FINITE = {"float32": 3.4028234663852886e38, "float16": 65504.0,
-                  "bfloat16": 3.3895313892515355e38}
+LARGEST_FINITE = {
+    "float32": 3.4028234663852886e38,
+    "float16": 65504.0,
+    "bfloat16": 3.3895313892515355e38,
+}
 #: Half the largest finite value of the dtype (float32 for the compute): beyond it a result may
 #: overflow in some evaluation order.
 _OVERFLOW = {k: 0.5 * v for k, v in LARGEST_FINITE.items()}
@@ -106,7 +122,7 @@ def _dtype_name(dtype: Any) -> str:
     return str(dtype)
 
 
-def _red(fn, a: np.ndarray, dim: int) -> np.ndarray:
+def _red(fn: Any, a: np.ndarray, dim: int | tuple[int, ...]) -> np.ndarray:
     return fn(a, axis=dim, keepdims=True)
 
 
@@ -122,8 +138,15 @@ def representable(y: np.ndarray, dtype: str) -> np.ndarray:
         return np.asarray(round_to(y, dtype), dtype=np.float64) == y
 
 
-def node_bound(op: str, attrs: dict, xs: list[np.ndarray], es: list[np.ndarray], y: np.ndarray,
-               dtype: str, same_operands: bool = False) -> np.ndarray:
+def node_bound(
+    op: str,
+    attrs: dict,
+    xs: list[np.ndarray],
+    es: list[np.ndarray],
+    y: np.ndarray,
+    dtype: str,
+    same_operands: bool = False,
+) -> np.ndarray:
     """Error bound of one node's output (see the module docstring).  ``same_operands``: the
     node compares one value with itself (``where_gt(a, a, c, d)``), which every evaluation
     decides the same way (``a > a`` is false, NaN included)."""
@@ -292,8 +315,10 @@ def _partial_magnitude(op: str, attrs: dict, xs: list[np.ndarray], y: np.ndarray
     with np.errstate(all="ignore"):
         # finite inputs only: two huge finite terms can overflow a float32 running sum to inf
         # and meet a -inf term as NaN, where float64 just gives -inf
-        t = [torch.from_numpy(np.where(np.isfinite(x), np.abs(np.asarray(x, np.float64)), 0.0))
-             for x in xs]
+        t = [
+            torch.from_numpy(np.where(np.isfinite(x), np.abs(np.asarray(x, np.float64)), 0.0))
+            for x in xs
+        ]
         if op == "mean":
             total = OPS["sum"].torch_fn(*t, **attrs).numpy()
         elif op == "layer_norm":
@@ -303,8 +328,9 @@ def _partial_magnitude(op: str, attrs: dict, xs: list[np.ndarray], y: np.ndarray
     return np.broadcast_to(total, y.shape)
 
 
-def dependents(op: str, attrs: dict, masks: list[np.ndarray], xs: list[np.ndarray],
-               y: np.ndarray) -> np.ndarray:
+def dependents(
+    op: str, attrs: dict, masks: list[np.ndarray], xs: list[np.ndarray], y: np.ndarray
+) -> np.ndarray:
     """Which output elements of a node read at least one masked input element: elementwise ops
     element by element (broadcasting), layout ops move the mask with the values, reductions
     and row-wise ops (softmax, log_softmax, layer_norm) along their dim, cumsum from the masked
@@ -323,8 +349,9 @@ def dependents(op: str, attrs: dict, masks: list[np.ndarray], xs: list[np.ndarra
     m = masks[0]
     if op in ("sum", "mean", "amax", "amin"):
         dims = reduced_dims(attrs["dim"], m.ndim)
-        return np.broadcast_to(_unkeep(np.any(m, axis=dims, keepdims=True), dims,
-                                       attrs["keepdim"]), y.shape)
+        return np.broadcast_to(
+            _unkeep(np.any(m, axis=dims, keepdims=True), dims, attrs["keepdim"]), y.shape
+        )
     if op in ("softmax", "log_softmax", "layer_norm"):
         return np.broadcast_to(np.any(m, axis=attrs["dim"], keepdims=True), y.shape)
     if op == "cumsum":
@@ -336,7 +363,9 @@ def dependents(op: str, attrs: dict, masks: list[np.ndarray], xs: list[np.ndarra
     raise KeyError(f"no dependency rule for op {op!r}")
 
 
-def error_bounds(graph: dict, intermediates: dict[str, np.ndarray], dtype: Any) -> dict[str, np.ndarray]:
+def error_bounds(
+    graph: dict, intermediates: dict[str, np.ndarray], dtype: Any
+) -> dict[str, np.ndarray]:
     """Absolute error bound of every input (0: inputs are exact in the dtype) and node, elementwise,
     for a run of ``graph`` in ``dtype`` against the float64 ``intermediates``
     (:func:`fuzzkit.graphs.build.run_reference`).
@@ -367,8 +396,9 @@ def error_bounds(graph: dict, intermediates: dict[str, np.ndarray], dtype: Any) 
             reach = np.abs(y) + b
             # partial results live in float32 (the compute type); the result in the dtype
             # (an infinite bound is "no guarantee" already: not an overflow)
-            may_overflow = ((np.isfinite(y) & np.isfinite(reach) & (reach > _OVERFLOW[dt]))
-                            | (partial > _OVERFLOW["float32"]))
+            may_overflow = (np.isfinite(y) & np.isfinite(reach) & (reach > _OVERFLOW[dt])) | (
+                partial > _OVERFLOW["float32"]
+            )
         mask = np.asarray(dependents(n["op"], n["attrs"], masks, xs, y) | may_overflow)
         unjudged[n["name"]] = mask
         # a NaN from the formulas (a NaN or infinite reference) means "unbounded", not "unjudged"

@@ -3,7 +3,8 @@
 Graph data model (see the issue-10 spec)::
 
     {"inputs":  [{"name": "x0", "shape": [4, 7]}, ...],
-     "nodes":   [{"name": "n0", "op": "add", "args": ["x0", "x1"], "attrs": {}, "shape": [4, 7]}, ...],
+     "nodes":   [{"name": "n0", "op": "add", "args": ["x0", "x1"], "attrs": {},
+                  "shape": [4, 7]}, ...],
      "outputs": ["n3", "n5"]}
 
 A graph may come from a file written by someone else, and its names and attributes end up in
@@ -19,7 +20,7 @@ import copy
 import keyword
 import re
 from collections.abc import Mapping
-from typing import Any, Optional, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import torch
@@ -61,7 +62,9 @@ def to_graph_module(graph: dict) -> torch.fx.GraphModule:
     for node in graph["nodes"]:
         spec = OPS[node["op"]]
         args = tuple(env[a] for a in node["args"])
-        kwargs = {k: (list(v) if isinstance(v, (list, tuple)) else v) for k, v in node["attrs"].items()}
+        kwargs = {
+            k: (list(v) if isinstance(v, (list, tuple)) else v) for k, v in node["attrs"].items()
+        }
         n = g.create_node("call_function", spec.torch_fn, args, kwargs, name=node["name"])
         n.meta[NAME_KEY] = node["name"]
         env[node["name"]] = n
@@ -94,14 +97,18 @@ def _as_tensors(values: Sequence[Any], dtype: torch.dtype) -> list[torch.Tensor]
     return out
 
 
-def run_graph(graph: dict, values: Sequence[Any], dtype: torch.dtype = torch.float64
-              ) -> dict[str, np.ndarray]:
-    """Run eagerly in ``dtype`` on CPU (rounding after every op); every input and node as float64."""
+def run_graph(
+    graph: dict, values: Sequence[Any], dtype: torch.dtype = torch.float64
+) -> dict[str, np.ndarray]:
+    """Run eagerly in ``dtype`` on CPU (rounding after every op); every input and node as
+    float64."""
     gm = to_graph_module(graph)
     rec = _Recorder(gm)
     with torch.no_grad():
         rec.run(*_as_tensors(values, dtype))
-    return {k: v.detach().to(torch.float64).contiguous().numpy().copy() for k, v in rec.values.items()}
+    return {
+        k: v.detach().to(torch.float64).contiguous().numpy().copy() for k, v in rec.values.items()
+    }
 
 
 def run_reference(graph: dict, values: Sequence[Any]) -> dict[str, np.ndarray]:
@@ -109,11 +116,12 @@ def run_reference(graph: dict, values: Sequence[Any]) -> dict[str, np.ndarray]:
     return run_graph(graph, values, torch.float64)
 
 
-def run_eager(graph: dict, values: Sequence[Any], dtype: str | torch.dtype) -> dict[str, np.ndarray]:
+def run_eager(
+    graph: dict, values: Sequence[Any], dtype: str | torch.dtype
+) -> dict[str, np.ndarray]:
     """Eager run in a low precision (``"float32"|"float16"|"bfloat16"``), widened to float64."""
-    if isinstance(dtype, str):
-        dtype = getattr(torch, dtype)
-    return run_graph(graph, values, dtype)
+    torch_dtype: torch.dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
+    return run_graph(graph, values, torch_dtype)
 
 
 def shapes_of(graph: dict) -> dict[str, list[int]]:
@@ -137,9 +145,9 @@ def consumers(graph: dict) -> dict[str, list[str]]:
 
 
 def subgraph(graph: dict, keep: Sequence[str], outputs: Sequence[str]) -> dict:
-    """Keep the nodes named in ``keep`` (original order); every arg not produced by a kept node becomes
-    a graph input with the same name and shape (original inputs first keep their original relative
-    order of first use).  ``outputs`` must be kept nodes or the (new) inputs."""
+    """Keep the nodes named in ``keep`` (original order); every arg not produced by a kept node
+    becomes a graph input with the same name and shape (original inputs first keep their original
+    relative order of first use).  ``outputs`` must be kept nodes or the (new) inputs."""
     keep_set = set(keep)
     shapes = shapes_of(graph)
     nodes = [copy.deepcopy(n) for n in graph["nodes"] if n["name"] in keep_set]
@@ -162,8 +170,8 @@ def subgraph(graph: dict, keep: Sequence[str], outputs: Sequence[str]) -> dict:
 
 def prefix(graph: dict, i: int) -> dict:
     """Nodes ``0..i`` (inclusive) with all original inputs (same order, so the case's values apply);
-    outputs = original outputs inside the prefix, then live-outs (prefix nodes used after ``i``), then
-    node ``i`` — each once, in that order (node ``i`` is always the last output)."""
+    outputs = original outputs inside the prefix, then live-outs (prefix nodes used after ``i``),
+    then node ``i`` — each once, in that order (node ``i`` is always the last output)."""
     nodes = graph["nodes"]
     if not 0 <= i < len(nodes):
         raise IndexError(f"prefix index {i} out of range for {len(nodes)} nodes")
@@ -199,13 +207,15 @@ class GraphError(ValueError):
     """A graph :func:`graph_shapes` refuses (the message is one line)."""
 
 
-def name_problem(name: Any) -> Optional[str]:
+def name_problem(name: Any) -> str | None:
     """Why ``name`` may not name a value of a graph, or None."""
     if not isinstance(name, str):
         return f"name {shown(name)} is not a string"
     if not NAME_PATTERN.fullmatch(name) or keyword.iskeyword(name) or name.startswith("__"):
-        return (f"name {shown(name)} is not a plain identifier (letters, digits, _; at most 64; "
-                "no keyword, no leading __)")
+        return (
+            f"name {shown(name)} is not a plain identifier (letters, digits, _; at most 64; "
+            "no keyword, no leading __)"
+        )
     return None
 
 
@@ -214,18 +224,22 @@ def _keys(record: Any, keys: Sequence[str], what: str) -> None:
         raise GraphError(f"{what} must be an object with keys {', '.join(keys)}")
     unknown = [k for k in record if k not in keys]
     if unknown:
-        raise GraphError(f"{what} has unknown key {shown(unknown[0])} (allowed: "
-                         f"{', '.join(keys)})")
+        raise GraphError(f"{what} has unknown key {shown(unknown[0])} (allowed: {', '.join(keys)})")
     missing = [k for k in keys if k not in record]
     if missing:
         raise GraphError(f"{what} needs key {missing[0]!r}")
 
 
 def _shape(value: Any, what: str) -> list[int]:
-    if (not isinstance(value, (list, tuple)) or len(value) > MAX_RANK
-            or not all(is_int(d) and d >= 0 for d in value)):
-        raise GraphError(f"{what}: shape must be a list of at most {MAX_RANK} non-negative "
-                         f"integers, got {shown(value)}")
+    if (
+        not isinstance(value, (list, tuple))
+        or len(value) > MAX_RANK
+        or not all(is_int(d) and d >= 0 for d in value)
+    ):
+        raise GraphError(
+            f"{what}: shape must be a list of at most {MAX_RANK} non-negative "
+            f"integers, got {shown(value)}"
+        )
     return [int(d) for d in value]
 
 
@@ -266,8 +280,9 @@ def graph_shapes(graph: Any) -> dict[str, list[int]]:
             raise GraphError(f"node {name!r}: {op} takes {OPS[op].arity} args, got {len(args)}")
         for a in args:
             if not isinstance(a, str) or a not in shapes:
-                raise GraphError(f"node {name!r}: argument {shown(a)} is not an input or an "
-                                 "earlier node")
+                raise GraphError(
+                    f"node {name!r}: argument {shown(a)} is not an input or an earlier node"
+                )
         try:
             out = OPS[op].out_shape([shapes[a] for a in args], node["attrs"])
         except SpecError as exc:
@@ -295,7 +310,14 @@ def validate_graph(graph: Any) -> str | None:
         graph_shapes(graph)
     except GraphError as exc:
         return str(exc)
-    except (ArithmeticError, AttributeError, IndexError, KeyError, TypeError, ValueError,
-            RecursionError) as exc:  # defensive: graph_shapes checks types before using them
+    except (
+        ArithmeticError,
+        AttributeError,
+        IndexError,
+        KeyError,
+        TypeError,
+        ValueError,
+        RecursionError,
+    ) as exc:  # defensive: graph_shapes checks types before using them
         return f"malformed graph: {type(exc).__name__}: {shown(str(exc))}"
     return None

@@ -1,8 +1,8 @@
 """NNSmith-style random graph generation with z3 shape constraints.
 
 Phase 1 (structure, symbolic shapes): graph inputs get fresh z3 ``Int`` dims (``1 <= d``,
-element count <= ``ELEMENT_CAP``).  Each step draws an op, operands (offset from the newest value, so
-shrinking moves towards chains) and rank-level attrs; the op's ``shape_rule`` constraints (plus
+element count <= ``ELEMENT_CAP``).  Each step draws an op, operands (offset from the newest value,
+so shrinking moves towards chains) and rank-level attrs; the op's ``shape_rule`` constraints (plus
 ``d >= 1`` and the element cap for any new tensor shape) are pushed on an incremental solver and the
 op is kept only if ``check() == sat`` (else popped and another op is tried).
 
@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import z3
@@ -65,7 +65,9 @@ POSITIVE_MIN = 0.25
 MAX_INPUTS = 3
 MAX_INPUT_RANK = 3
 _CLAMP_LEVELS = (8.0, 2.0, 1.0)
-CHECK_RLIMIT = int(__import__("os").environ.get("FUZZKIT_Z3_RLIMIT", "30000"))  # per check; deterministic (unlike a timeout); "unknown" = rejected
+CHECK_RLIMIT = int(
+    __import__("os").environ.get("FUZZKIT_Z3_RLIMIT", "30000")
+)  # per check; deterministic (unlike a timeout); "unknown" = rejected
 
 
 # ----------------------------------------------------------------------------------------------
@@ -81,8 +83,13 @@ def _safe_exp(x: float) -> float:
     return math.exp(min(x, 700.0))
 
 
-def interval(op: str, attrs: dict, ivals: Sequence[tuple[float, float]],
-             in_shapes: Sequence[Sequence[int]], out_shape: Sequence[int]) -> tuple[float, float]:
+def interval(
+    op: str,
+    attrs: dict,
+    ivals: Sequence[tuple[float, float]],
+    in_shapes: Sequence[Sequence[int]],
+    out_shape: Sequence[int],
+) -> tuple[float, float]:
     """Conservative ``(lo, hi)`` of ``op``'s output given input intervals (may be infinite)."""
     inf = math.inf
     lo, hi = ivals[0]
@@ -174,24 +181,42 @@ def interval(op: str, attrs: dict, ivals: Sequence[tuple[float, float]],
     if op == "cumsum":
         n = in_shapes[0][attrs["dim"]]
         return (min(n * lo, lo), max(n * hi, hi))
-    if op in ("mean", "amax", "amin", "reshape", "permute", "transpose", "expand", "unsqueeze",
-              "squeeze", "index_select"):
+    if op in (
+        "mean",
+        "amax",
+        "amin",
+        "reshape",
+        "permute",
+        "transpose",
+        "expand",
+        "unsqueeze",
+        "squeeze",
+        "index_select",
+    ):
         return (lo, hi)
     if op == "cat":
         return (min(lo, ivals[1][0]), max(hi, ivals[1][1]))
     raise KeyError(f"no interval rule for {op!r}")
 
 
-def value_intervals(graph: dict, input_bound: float = INPUT_BOUND) -> dict[str, tuple[float, float]]:
-    """Interval of every input and node of a graph (inputs within ``[-input_bound, input_bound]``)."""
+def value_intervals(
+    graph: dict, input_bound: float = INPUT_BOUND
+) -> dict[str, tuple[float, float]]:
+    """Interval of every input and node of a graph (inputs within
+    ``[-input_bound, input_bound]``)."""
     iv: dict[str, tuple[float, float]] = {}
     shapes: dict[str, list[int]] = {}
     for inp in graph["inputs"]:
         iv[inp["name"]] = (-input_bound, input_bound)
         shapes[inp["name"]] = list(inp["shape"])
     for n in graph["nodes"]:
-        iv[n["name"]] = interval(n["op"], n["attrs"], [iv[a] for a in n["args"]],
-                                 [shapes[a] for a in n["args"]], n["shape"])
+        iv[n["name"]] = interval(
+            n["op"],
+            n["attrs"],
+            [iv[a] for a in n["args"]],
+            [shapes[a] for a in n["args"]],
+            n["shape"],
+        )
         shapes[n["name"]] = list(n["shape"])
     return iv
 
@@ -234,10 +259,10 @@ class Sizing:
     """
 
     cap: int = ELEMENT_CAP
-    dim: Optional[Callable[[Chooser, str], int]] = None
-    numel: Optional[int] = None
-    row: Optional[int] = None
-    rows: Optional[int] = None
+    dim: Callable[[Chooser, str], int] | None = None
+    numel: int | None = None
+    row: int | None = None
+    rows: int | None = None
     more_rows: tuple[tuple[int, int], ...] = ()
     last_dim: bool = False
     fanout: int = 0
@@ -258,8 +283,13 @@ def factorize(n: int, rank: int, ch: Chooser) -> list[int]:
 
 
 class _Gen:
-    def __init__(self, ch: Chooser, op_names: Sequence[str], max_tries: int = 12,
-                 sizing: Optional[Sizing] = None):
+    def __init__(
+        self,
+        ch: Chooser,
+        op_names: Sequence[str],
+        max_tries: int = 12,
+        sizing: Sizing | None = None,
+    ):
         self.ch = ch
         self.op_names = list(op_names)
         self.max_tries = max_tries
@@ -277,7 +307,8 @@ class _Gen:
         self.n_inputs = 0
         # reduction wishes still to give out, (row, rows); the nodes that took one
         self.row_wishes: list[tuple[int, int]] = (
-            [(int(self.sizing.row), int(self.sizing.rows or 0))] if self.sizing.row else [])
+            [(int(self.sizing.row), int(self.sizing.rows or 0))] if self.sizing.row else []
+        )
         self.row_wishes += [(int(r), int(n)) for r, n in self.sizing.more_rows if r]
         self.row_nodes: list[int] = []
         self.hub_left = self.sizing.fanout
@@ -292,7 +323,7 @@ class _Gen:
             return int(self.sizing.dim(self.ch, where))
         return TILE_VALUES[self.ch.integers(0, len(TILE_VALUES) - 1)]
 
-    def _new_free(self, v, where: str = "outer", pref: Optional[int] = None) -> None:
+    def _new_free(self, v, where: str = "outer", pref: int | None = None) -> None:
         self.free.append((v, self._pref(where) if pref is None else int(pref)))
 
     def _operand(self, chain: bool = False) -> int:
@@ -330,14 +361,14 @@ class _Gen:
             if i in shaped and shaped[i][1] > 1:
                 r = max(r, 2)  # room for the rows
             shape = [_ops.fresh_dim("x") for _ in range(r)]
-            prefs: list[Optional[int]] = [None] * r
+            prefs: list[int | None] = [None] * r
             if i == 0 and self.sizing.numel:
                 prefs = list(factorize(self.sizing.numel, r, self.ch))
                 self.wishes.append([d == p for d, p in zip(shape, prefs)])
             elif i in shaped:
                 # shaped like the wished reduction: rows (if wished), then the row
                 row, rows = shaped[i]
-                lead: list[Optional[int]] = [None] * (r - 1)
+                lead: list[int | None] = [None] * (r - 1)
                 if rows:
                     lead = list(factorize(rows, r - 1, self.ch))
                 prefs = lead + [row]
@@ -386,8 +417,7 @@ class _Gen:
             dims = (int(attrs["dim"]),)
         wish = [_ops._prod([shape[d] for d in dims]) == row]
         if rows:
-            wish.append(_ops._prod([shape[d] for d in range(len(shape)) if d not in dims])
-                        == rows)
+            wish.append(_ops._prod([shape[d] for d in range(len(shape)) if d not in dims]) == rows)
         return wish
 
     def close_with_reduction(self, tries: int = 4) -> None:
@@ -401,7 +431,7 @@ class _Gen:
             operand = len(self.values) - 1 if k % 2 == 0 else self.n_inputs - 1
             self.try_op(op, operand)
 
-    def try_op(self, op: Optional[str] = None, operand: Optional[int] = None) -> bool:
+    def try_op(self, op: str | None = None, operand: int | None = None) -> bool:
         ch = self.ch
         if op is None:
             names = self.op_names
@@ -422,12 +452,29 @@ class _Gen:
         cons, out = spec.shape_rule(shapes, attrs)
         if not (0 <= len(out) <= _ops.MAX_RANK):
             return False
-        new_vars = [d for d in out if z3.is_const(d) and not z3.is_int_value(d)
-                    and d.decl().name()[0] in "reib"
-                    and int(d.decl().name()[1:]) > n_free_before]
+        new_vars = [
+            d
+            for d in out
+            if z3.is_const(d)
+            and not z3.is_int_value(d)
+            and d.decl().name()[0] in "reib"
+            and int(d.decl().name()[1:]) > n_free_before
+        ]
         cons = list(cons) + [d >= 1 for d in new_vars]
-        grows = op in ("add", "sub", "mul", "div", "maximum", "minimum", "where_gt", "matmul", "bmm",
-                       "expand", "cat", "index_select")
+        grows = op in (
+            "add",
+            "sub",
+            "mul",
+            "div",
+            "maximum",
+            "minimum",
+            "where_gt",
+            "matmul",
+            "bmm",
+            "expand",
+            "cat",
+            "index_select",
+        )
         if grows:
             cons += self._cap(out)
         if cons:
@@ -500,7 +547,7 @@ def _concrete(model: z3.ModelRef, shape: list) -> list[int]:
 def _finish(gen: _Gen, model: z3.ModelRef, max_nodes: int) -> dict:
     ch = gen.ch
     shapes: dict[str, list[int]] = {}
-    inputs = []
+    inputs: list[dict[str, Any]] = []
     n_inputs = len(gen.values) - len(gen.nodes)
     for name, sh in gen.values[:n_inputs]:
         shapes[name] = _concrete(model, sh)
@@ -513,7 +560,9 @@ def _finish(gen: _Gen, model: z3.ModelRef, max_nodes: int) -> dict:
     def emit(op: str, args: list[str], attrs: dict, shape: list[int]) -> str:
         name = f"n{len(nodes)}"
         iv = interval(op, attrs, [ivals[a] for a in args], [shapes[a] for a in args], shape)
-        nodes.append({"name": name, "op": op, "args": list(args), "attrs": attrs, "shape": list(shape)})
+        nodes.append(
+            {"name": name, "op": op, "args": list(args), "attrs": attrs, "shape": list(shape)}
+        )
         shapes[name] = list(shape)
         ivals[name] = iv
         return name
@@ -536,7 +585,9 @@ def _finish(gen: _Gen, model: z3.ModelRef, max_nodes: int) -> dict:
         # magnitude guards (one guard per distinct operand: ``maximum(a, a)`` stays a
         # comparison of one value with itself)
         for c in _CLAMP_LEVELS:
-            lo, hi = interval(op, pub, [ivals[a] for a in args], [shapes[a] for a in args], out_shape)
+            lo, hi = interval(
+                op, pub, [ivals[a] for a in args], [shapes[a] for a in args], out_shape
+            )
             if max(abs(lo), abs(hi)) <= MAGNITUDE_LIMIT:
                 break
             guarded: dict[str, str] = {}
@@ -551,15 +602,20 @@ def _finish(gen: _Gen, model: z3.ModelRef, max_nodes: int) -> dict:
             protected = rename[tname]
 
     names = [n["name"] for n in nodes]
-    nodes = nodes[:max(max_nodes, names.index(protected) + 1 if protected else 0)]
+    nodes = nodes[: max(max_nodes, names.index(protected) + 1 if protected else 0)]
     used = {a for n in nodes for a in n["args"]}
     outputs = [n["name"] for n in nodes if n["name"] not in used]
     return {"inputs": inputs, "nodes": nodes, "outputs": outputs}
 
 
-def generate(chooser: Any, n_nodes: int, ops: Sequence[str] | None = None,
-             sizing: Optional[Sizing] = None, keep: Optional[int] = None,
-             more: Optional[Callable[[int], bool]] = None) -> dict:
+def generate(
+    chooser: Any,
+    n_nodes: int,
+    ops: Sequence[str] | None = None,
+    sizing: Sizing | None = None,
+    keep: int | None = None,
+    more: Callable[[int], bool] | None = None,
+) -> dict:
     """Generate a graph from a chooser's draws: ``n_nodes`` drawn ops (at least one), guard nodes
     inserted, then cut to ``keep`` nodes (default ``n_nodes``); ``sizing`` steers its sizes.
 
@@ -585,8 +641,8 @@ def generate(chooser: Any, n_nodes: int, ops: Sequence[str] | None = None,
             fails += 1
     gen.close_with_reduction()
     if not gen.nodes:  # always at least one node
-        OPS_FALLBACK = "neg"
-        gen.nodes.append((OPS_FALLBACK, [gen.values[0][0]], {}, gen.values[0][1]))
+        ops_fallback = "neg"
+        gen.nodes.append((ops_fallback, [gen.values[0][0]], {}, gen.values[0][1]))
         gen.values.append(("t0", gen.values[0][1]))
     model = gen.solve()
     try:
@@ -595,7 +651,9 @@ def generate(chooser: Any, n_nodes: int, ops: Sequence[str] | None = None,
         _ops.reset_z3(None)
 
 
-def random_graph(rng: np.random.Generator | int, n_nodes: int, ops: Sequence[str] | None = None) -> dict:
+def random_graph(
+    rng: np.random.Generator | int, n_nodes: int, ops: Sequence[str] | None = None
+) -> dict:
     """A graph of at most ``n_nodes`` nodes (usually exactly) from a NumPy Generator (or a seed)."""
     if not isinstance(rng, np.random.Generator):
         rng = np.random.default_rng(rng)
@@ -619,7 +677,8 @@ def graph_strategy(max_nodes: int = 12, ops: Sequence[str] | None = None, min_no
     @st.composite
     def _graphs(draw):
         n = draw(st.integers(min_nodes, max_nodes))
-        return generate(DrawChooser(draw), n, ops, more=lambda count: more_ops(draw, count,
-                                                                              min_nodes))
+        return generate(
+            DrawChooser(draw), n, ops, more=lambda count: more_ops(draw, count, min_nodes)
+        )
 
     return _graphs()

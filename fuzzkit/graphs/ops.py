@@ -33,14 +33,23 @@ import builtins as _b
 import math
 import numbers
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import torch
 import z3
 
-__all__ = ["OpSpec", "OPS", "Attr", "SpecError", "Chooser", "as_chooser", "fresh_dim",
-           "LAYER_NORM_EPS", "MAX_RANK"]
+__all__ = [
+    "OpSpec",
+    "OPS",
+    "Attr",
+    "SpecError",
+    "Chooser",
+    "as_chooser",
+    "fresh_dim",
+    "LAYER_NORM_EPS",
+    "MAX_RANK",
+]
 
 LAYER_NORM_EPS = 1e-5
 MAX_RANK = 4
@@ -52,7 +61,8 @@ MAX_RANK = 4
 
 
 class Chooser:
-    """Minimal choice interface: ``integers(lo, hi)`` (inclusive), ``choice(seq)``, ``boolean()``."""
+    """Minimal choice interface: ``integers(lo, hi)`` (inclusive), ``choice(seq)``,
+    ``boolean()``."""
 
     def integers(self, lo: int, hi: int) -> int:  # pragma: no cover - interface
         raise NotImplementedError
@@ -102,7 +112,7 @@ def as_chooser(x: Any) -> Chooser:
 _Z3_STATE: dict[str, Any] = {"ctx": None, "counter": 0}
 
 
-def reset_z3(ctx: "z3.Context | None" = None) -> None:
+def reset_z3(ctx: z3.Context | None = None) -> None:
     """Use ``ctx`` (None: z3's main context) for fresh dims and restart their numbering, so a
     generation run is independent of earlier ones (determinism)."""
     _Z3_STATE["ctx"] = ctx
@@ -138,7 +148,7 @@ def _prod(dims: Sequence[Any]) -> Any:
 # ----------------------------------------------------------------------------------------------
 
 
-def abs(a):  # noqa: A001
+def abs(a):
     return torch.abs(a)
 
 
@@ -190,11 +200,11 @@ def reciprocal(a):
     return torch.reciprocal(a)
 
 
-def pow(a, exponent):  # noqa: A001
+def pow(a, exponent):
     return torch.pow(a, exponent)
 
 
-def clamp(a, min, max):  # noqa: A002
+def clamp(a, min, max):
     return torch.clamp(a, min=min, max=max)
 
 
@@ -252,7 +262,7 @@ def layer_norm(a, dim):
     return torch.movedim(y, -1, dim)
 
 
-def sum(a, dim, keepdim):  # noqa: A001
+def sum(a, dim, keepdim):
     return torch.sum(a, dim=dim, keepdim=keepdim)
 
 
@@ -495,7 +505,8 @@ def _attrs_clamp(ch, ranks):
     ``clamp_min`` / ``clamp_max``)."""
     i = ch.integers(1, len(_CLAMP_BOUNDS) - 3)
     j = ch.integers(i + 1, len(_CLAMP_BOUNDS) - 2)
-    lo, hi = _CLAMP_BOUNDS[i], _CLAMP_BOUNDS[j]
+    lo: float | None = _CLAMP_BOUNDS[i]
+    hi: float | None = _CLAMP_BOUNDS[j]
     side = ch.integers(0, 7)
     if side == 1:
         lo = None
@@ -636,9 +647,9 @@ class Attr:
     kind: str
     lo: float = -math.inf
     hi: float = math.inf
-    length: Optional[int] = None
+    length: int | None = None
 
-    def problem(self, value: Any) -> Optional[str]:
+    def problem(self, value: Any) -> str | None:
         """Why ``value`` is not allowed, or None."""
         if self.kind == "bool":
             return None if isinstance(value, (bool, np.bool_)) else "must be true or false"
@@ -675,9 +686,11 @@ class Attr:
             if not isinstance(value, (list, tuple)):
                 return "must be a list of integers"
             return self._ints(value)
-        raise AssertionError(f"unknown attribute kind {self.kind!r}")  # pragma: no cover - all kinds above
+        raise AssertionError(
+            f"unknown attribute kind {self.kind!r}"
+        )  # pragma: no cover - all kinds above
 
-    def _ints(self, value: Any) -> Optional[str]:
+    def _ints(self, value: Any) -> str | None:
         """What is wrong with a list of integers (its length, then each entry), or None."""
         if self.length is not None and len(value) > self.length:
             return f"has more than {self.length} entries"
@@ -687,7 +700,7 @@ class Attr:
                 return f"entry {bad}"
         return None
 
-    def _int(self, value: Any) -> Optional[str]:
+    def _int(self, value: Any) -> str | None:
         if not is_int(value):
             return "must be an integer"
         if not self.lo <= int(value) <= self.hi:
@@ -755,7 +768,7 @@ def _infer_dim(shapes, attrs):
 def _infer_reduce(shapes, attrs):
     s = list(shapes[0])
     dim = attrs["dim"]
-    for d in ([] if dim is None else dim if isinstance(dim, (list, tuple)) else [dim]):
+    for d in [] if dim is None else dim if isinstance(dim, (list, tuple)) else [dim]:
         _in_rank(d, len(s))
     dims = reduced_dims(dim, len(s))
     if attrs["keepdim"]:
@@ -812,8 +825,9 @@ def _infer_expand(shapes, attrs):
 def _infer_unsqueeze(shapes, attrs):
     s = list(shapes[0])
     if not 0 <= attrs["dim"] <= len(s):
-        raise SpecError(f"dim {attrs['dim']} is out of range for unsqueezing a rank-{len(s)} "
-                        "operand")
+        raise SpecError(
+            f"dim {attrs['dim']} is out of range for unsqueezing a rank-{len(s)} operand"
+        )
     s.insert(int(attrs["dim"]), 1)
     return s
 
@@ -884,7 +898,7 @@ class OpSpec:
         """Attrs without generator-private keys (those starting with ``_``)."""
         return {k: v for k, v in attrs.items() if not k.startswith("_")}
 
-    def attrs_problem(self, attrs: Any) -> Optional[str]:
+    def attrs_problem(self, attrs: Any) -> str | None:
         """Why ``attrs`` (a node's public attrs, from a file) are not this op's, or None."""
         if not isinstance(attrs, Mapping):
             return "attrs must be an object"
@@ -914,8 +928,19 @@ class OpSpec:
         return out
 
 
-def _spec(name, arity, kind, rule, attrs, domain=None, positions=(), error=None, guard_only=False,
-          attributes=None, infer=_infer_same):
+def _spec(
+    name,
+    arity,
+    kind,
+    rule,
+    attrs,
+    domain=None,
+    positions=(),
+    error=None,
+    guard_only=False,
+    attributes=None,
+    infer=_infer_same,
+):
     fn = globals()[name]
 
     def sample_attrs(chooser, in_ranks, _f=attrs):
@@ -944,8 +969,10 @@ def _unary(name, domain=None):
 #: attribute declarations shared by several ops
 _BINARY = dict(infer=_infer_broadcast)
 _DIM_ATTR = dict(attributes={"dim": _DIM}, infer=_infer_dim)
-_REDUCE = dict(attributes={"dim": Attr("dims", 0, MAX_RANK - 1, MAX_RANK),
-                           "keepdim": Attr("bool")}, infer=_infer_reduce)
+_REDUCE = dict(
+    attributes={"dim": Attr("dims", 0, MAX_RANK - 1, MAX_RANK), "keepdim": Attr("bool")},
+    infer=_infer_reduce,
+)
 _EXTREME = dict(_REDUCE, infer=_infer_extreme)
 
 OPS: dict[str, OpSpec] = {}
@@ -963,12 +990,34 @@ for _s in [
     _unary("sin"),
     _unary("cos"),
     _unary("reciprocal", "nonzero"),
-    _spec("pow", 1, "elementwise", _rule_same, _attrs_pow, "positive", (0,),
-          attributes={"exponent": Attr("real", -16, 16)}),
-    _spec("clamp", 1, "elementwise", _rule_same, _attrs_clamp,
-          attributes={"min": Attr("bound"), "max": Attr("bound")}, infer=_infer_clamp),
-    _spec("add_scalar", 1, "elementwise", _rule_same, _attrs_add_scalar, guard_only=True,
-          attributes={"value": Attr("real", -65504, 65504)}),
+    _spec(
+        "pow",
+        1,
+        "elementwise",
+        _rule_same,
+        _attrs_pow,
+        "positive",
+        (0,),
+        attributes={"exponent": Attr("real", -16, 16)},
+    ),
+    _spec(
+        "clamp",
+        1,
+        "elementwise",
+        _rule_same,
+        _attrs_clamp,
+        attributes={"min": Attr("bound"), "max": Attr("bound")},
+        infer=_infer_clamp,
+    ),
+    _spec(
+        "add_scalar",
+        1,
+        "elementwise",
+        _rule_same,
+        _attrs_add_scalar,
+        guard_only=True,
+        attributes={"value": Attr("real", -65504, 65504)},
+    ),
     _spec("add", 2, "elementwise", _rule_broadcast, _attrs_none, **_BINARY),
     _spec("sub", 2, "elementwise", _rule_broadcast, _attrs_none, **_BINARY),
     _spec("mul", 2, "elementwise", _rule_broadcast, _attrs_none, **_BINARY),
@@ -986,22 +1035,70 @@ for _s in [
     _spec("amax", 1, "reduction", _rule_reduce, _attrs_reduce, **_EXTREME),
     _spec("amin", 1, "reduction", _rule_reduce, _attrs_reduce, **_EXTREME),
     _spec("cumsum", 1, "scan", _rule_same, _attrs_dim, **_DIM_ATTR),
-    _spec("reshape", 1, "layout", _rule_reshape, _attrs_reshape,
-          attributes={"shape": _SHAPE}, infer=_infer_reshape),
-    _spec("permute", 1, "layout", _rule_permute, _attrs_permute,
-          attributes={"perm": Attr("ints", 0, MAX_RANK - 1, MAX_RANK)}, infer=_infer_permute),
-    _spec("transpose", 1, "layout", _rule_transpose, _attrs_transpose,
-          attributes={"dim0": _DIM, "dim1": _DIM}, infer=_infer_transpose),
-    _spec("expand", 1, "layout", _rule_expand, _attrs_expand,
-          attributes={"shape": _SHAPE}, infer=_infer_expand),
-    _spec("unsqueeze", 1, "layout", _rule_unsqueeze, _attrs_unsqueeze,
-          attributes={"dim": _DIM}, infer=_infer_unsqueeze),
-    _spec("squeeze", 1, "layout", _rule_squeeze, _attrs_squeeze,
-          attributes={"dim": _DIM}, infer=_infer_squeeze),
-    _spec("cat", 2, "concat", _rule_cat, _attrs_cat,
-          attributes={"dim": _DIM}, infer=_infer_cat),
-    _spec("index_select", 1, "gather", _rule_index_select, _attrs_index_select,
-          attributes={"dim": _DIM, "index": Attr("ints", 0)}, infer=_infer_index_select),
+    _spec(
+        "reshape",
+        1,
+        "layout",
+        _rule_reshape,
+        _attrs_reshape,
+        attributes={"shape": _SHAPE},
+        infer=_infer_reshape,
+    ),
+    _spec(
+        "permute",
+        1,
+        "layout",
+        _rule_permute,
+        _attrs_permute,
+        attributes={"perm": Attr("ints", 0, MAX_RANK - 1, MAX_RANK)},
+        infer=_infer_permute,
+    ),
+    _spec(
+        "transpose",
+        1,
+        "layout",
+        _rule_transpose,
+        _attrs_transpose,
+        attributes={"dim0": _DIM, "dim1": _DIM},
+        infer=_infer_transpose,
+    ),
+    _spec(
+        "expand",
+        1,
+        "layout",
+        _rule_expand,
+        _attrs_expand,
+        attributes={"shape": _SHAPE},
+        infer=_infer_expand,
+    ),
+    _spec(
+        "unsqueeze",
+        1,
+        "layout",
+        _rule_unsqueeze,
+        _attrs_unsqueeze,
+        attributes={"dim": _DIM},
+        infer=_infer_unsqueeze,
+    ),
+    _spec(
+        "squeeze",
+        1,
+        "layout",
+        _rule_squeeze,
+        _attrs_squeeze,
+        attributes={"dim": _DIM},
+        infer=_infer_squeeze,
+    ),
+    _spec("cat", 2, "concat", _rule_cat, _attrs_cat, attributes={"dim": _DIM}, infer=_infer_cat),
+    _spec(
+        "index_select",
+        1,
+        "gather",
+        _rule_index_select,
+        _attrs_index_select,
+        attributes={"dim": _DIM, "index": Attr("ints", 0)},
+        infer=_infer_index_select,
+    ),
 ]:
     OPS[_s.name] = _s
 
@@ -1009,8 +1106,9 @@ for _s in [
 DEFAULT_OPS: tuple[str, ...] = tuple(n for n, s in OPS.items() if not s.guard_only)
 
 
-def finalize_attrs(op: str, attrs: dict, in_shapes: Sequence[Sequence[int]],
-                   out_shape: Sequence[int], chooser: Any) -> dict:
+def finalize_attrs(
+    op: str, attrs: dict, in_shapes: Sequence[Sequence[int]], out_shape: Sequence[int], chooser: Any
+) -> dict:
     """Public attrs of a node once concrete shapes are known (fills shape / index attrs)."""
     spec = OPS[op]
     out = spec.public_attrs(attrs)

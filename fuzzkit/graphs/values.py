@@ -29,7 +29,7 @@ function under its old name).
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -37,9 +37,20 @@ from fuzzkit import values as fv
 
 from .generate import INPUT_BOUND
 
-__all__ = ["round_to_dtype", "ordinary_domain", "special_domain", "value_plan", "draw_values",
-           "make_array", "random_values", "value_strategy", "DTYPES", "TIE_SHARE",
-           "SPECIAL_KINDS", "ORDINARY_KINDS"]
+__all__ = [
+    "round_to_dtype",
+    "ordinary_domain",
+    "special_domain",
+    "value_plan",
+    "draw_values",
+    "make_array",
+    "random_values",
+    "value_strategy",
+    "DTYPES",
+    "TIE_SHARE",
+    "SPECIAL_KINDS",
+    "ORDINARY_KINDS",
+]
 
 DTYPES = ("float32", "float16", "bfloat16")
 
@@ -51,11 +62,11 @@ TIE_SHARE = 0.25
 _TIE_KINDS = ("ints", "repeated")
 
 #: Kind weights of an ordinary input (every finite kind, weights of fuzzkit.values).
-ORDINARY_KINDS: tuple[tuple[str, int], ...] = tuple(
-    (k, w) for k, w in fv.KINDS if k != "special")
+ORDINARY_KINDS: tuple[tuple[str, int], ...] = tuple((k, w) for k, w in fv.KINDS if k != "special")
 #: Kind weights of the inputs of a special case besides the one forced to ``special``.
 SPECIAL_KINDS: tuple[tuple[str, int], ...] = tuple(
-    (k, w * 4 if k in ("special", "huge") else w) for k, w in fv.KINDS)
+    (k, w * 4 if k in ("special", "huge") else w) for k, w in fv.KINDS
+)
 
 
 def ordinary_domain(dtype: str) -> fv.Domain:
@@ -68,14 +79,16 @@ def special_domain(dtype: str) -> fv.Domain:
     return fv.Domain(dtype, nan=True, inf=True)
 
 
-def value_plan(draw: Callable[[Any], Any], n_inputs: int, special: bool) -> list[Optional[str]]:
+def value_plan(draw: Callable[[Any], Any], n_inputs: int, special: bool) -> list[str | None]:
     """The value kind of each input (None: drawn per input from the domain's weights)."""
     from hypothesis import strategies as st
 
     if special:
         forced = draw(st.integers(0, n_inputs - 1))
-        return [("special" if i == forced else str(fv.choose(draw, SPECIAL_KINDS)))
-                for i in range(n_inputs)]
+        return [
+            ("special" if i == forced else str(fv.choose(draw, SPECIAL_KINDS)))
+            for i in range(n_inputs)
+        ]
     if draw(st.integers(0, 99)) < round(TIE_SHARE * 100):
         kind = _TIE_KINDS[draw(st.integers(0, len(_TIE_KINDS) - 1))]
         return [kind] * n_inputs
@@ -91,8 +104,9 @@ def _clip(a: np.ndarray, domain: fv.Domain) -> np.ndarray:
         return np.clip(a, -domain.max_abs, domain.max_abs).astype(np.float32)
 
 
-def draw_values(draw: Callable[[Any], Any], graph: dict, dtype: str,
-                special: bool = False) -> list[np.ndarray]:
+def draw_values(
+    draw: Callable[[Any], Any], graph: dict, dtype: str, special: bool = False
+) -> list[np.ndarray]:
     """One float32 array per graph input, exact in ``dtype`` (see the module docstring)."""
     if dtype not in DTYPES:
         raise ValueError(f"unknown dtype {dtype!r}")
@@ -119,8 +133,9 @@ def value_strategy(graph: dict, dtype: str, special: bool = False) -> Any:
     return _values()
 
 
-def make_array(kind: str, shape: Sequence[int], seed: int, dtype: str,
-               special: bool = False) -> np.ndarray:
+def make_array(
+    kind: str, shape: Sequence[int], seed: int, dtype: str, special: bool = False
+) -> np.ndarray:
     """An array of one :data:`fuzzkit.values.KINDS` kind from a seed (no Hypothesis; ``drawn``
     becomes ``mixed``), exact in ``dtype``."""
     domain = special_domain(dtype) if special else ordinary_domain(dtype)
@@ -129,8 +144,9 @@ def make_array(kind: str, shape: Sequence[int], seed: int, dtype: str,
     return _clip(np.asarray(a, dtype=np.float32), domain)
 
 
-def random_values(graph: dict, rng: np.random.Generator | int, dtype: str = "float32"
-                  ) -> list[np.ndarray]:
+def random_values(
+    graph: dict, rng: np.random.Generator | int, dtype: str = "float32"
+) -> list[np.ndarray]:
     """Ordinary values from a NumPy Generator (benchmarks, tests): a weighted kind per input."""
     if not isinstance(rng, np.random.Generator):
         rng = np.random.default_rng(rng)

@@ -31,7 +31,7 @@ import copy
 import dataclasses
 import math
 import time
-from typing import Any, Callable, Optional
+from typing import Any, Callable
 
 import numpy as np
 
@@ -67,11 +67,11 @@ class BisectResult:
     seconds: float
     original_nodes: int = 0
     first_index: int = -1
-    failure: Optional[Failure] = None  # the final window's failure
-    original_failure: Optional[Failure] = None
+    failure: Failure | None = None  # the final window's failure
+    original_failure: Failure | None = None
     #: A divergence of *another* class seen in a shorter prefix (e.g. a "value" error upstream
     #: of the original "inf"): the search stays on the original class, but this is reported.
-    other_divergence: Optional[dict[str, Any]] = None
+    other_divergence: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -96,11 +96,15 @@ class BisectResult:
 
 
 def is_graph_case(inputs: Any) -> bool:
-    return (isinstance(inputs, dict) and all(k in inputs for k in GRAPH_KEYS)
-            and isinstance(inputs["graph"], dict) and "nodes" in inputs["graph"])
+    return (
+        isinstance(inputs, dict)
+        and all(k in inputs for k in GRAPH_KEYS)
+        and isinstance(inputs["graph"], dict)
+        and "nodes" in inputs["graph"]
+    )
 
 
-def _compile_counter() -> Optional[Callable[[], int]]:
+def _compile_counter() -> Callable[[], int] | None:
     try:
         from targets.compiler import compile_calls
     except Exception:  # noqa: BLE001 - no compiler target: count implementation calls instead
@@ -108,7 +112,7 @@ def _compile_counter() -> Optional[Callable[[], int]]:
     return compile_calls
 
 
-def _parts(failure: Failure) -> tuple[str, Optional[str], Optional[str]]:
+def _parts(failure: Failure) -> tuple[str, str | None, str | None]:
     """(kind, dtype, error_class) of a failure; from details, else from the signature."""
     d = failure.details or {}
     dtype, cls = d.get("dtype"), d.get("error_class")
@@ -120,7 +124,7 @@ def _parts(failure: Failure) -> tuple[str, Optional[str], Optional[str]]:
     return failure.kind, dtype, cls
 
 
-def same_bug(original: Failure, candidate: Optional[Failure]) -> bool:
+def same_bug(original: Failure, candidate: Failure | None) -> bool:
     """Same divergence class: same kind, dtype and error class (the op may differ)."""
     if candidate is None:
         return False
@@ -132,9 +136,16 @@ def same_bug(original: Failure, candidate: Optional[Failure]) -> bool:
 # ---------------------------------------------------------------------------------------------
 
 
-def bisect(target: Target, impl: Implementation, inputs: Inputs, *, confirm: bool = True,
-           failure: Optional[Failure] = None, timeout: Optional[float] = None,
-           checker: Optional[Callable[..., Any]] = None) -> BisectResult:
+def bisect(
+    target: Target,
+    impl: Implementation,
+    inputs: Inputs,
+    *,
+    confirm: bool = True,
+    failure: Failure | None = None,
+    timeout: float | None = None,
+    checker: Callable[..., Any] | None = None,
+) -> BisectResult:
     """Find the first diverging node of a failing graph case and the smallest failing window.
 
     ``failure``: the original failure when the caller already has it (then the whole case is not
@@ -182,22 +193,29 @@ def bisect(target: Target, impl: Implementation, inputs: Inputs, *, confirm: boo
 
     last: dict[str, Any] = {}
 
-    def run(case: Inputs) -> Optional[Failure]:
+    def run(case: Inputs) -> Failure | None:
         nonlocal impl_calls
         if target.validate is not None and target.validate(case) is not None:
             return None
         impl_calls += 1
-        verdict = (check_case(target, impl, case, properties=False, confirm=False,
-                              timeout=timeout) if checker is None
-                   else checker(target, impl, case, properties=False, timeout=timeout))
+        verdict = (
+            check_case(target, impl, case, properties=False, confirm=False, timeout=timeout)
+            if checker is None
+            else checker(target, impl, case, properties=False, timeout=timeout)
+        )
         last["verdict"] = verdict
         return verdict.failure
 
     # Step 0: the original failure.
     if failure is None:
         failure = run(inputs)
-        steps.append(("original", f"whole graph ({len(nodes)} nodes): "
-                      f"{failure.signature if failure else 'passes'}", failure is not None))
+        steps.append(
+            (
+                "original",
+                f"whole graph ({len(nodes)} nodes): {failure.signature if failure else 'passes'}",
+                failure is not None,
+            )
+        )
         if failure is None:
             raise NotFailing("the case passes; there is nothing to bisect")
         hint = _first_diverging(target, inputs, last.get("verdict"), index)
@@ -229,15 +247,21 @@ def bisect(target: Target, impl: Implementation, inputs: Inputs, *, confirm: boo
         return sorted(k for k in cone if lo < k <= end)
 
     narrowed = False
-    other: Optional[dict[str, Any]] = None
+    other: dict[str, Any] | None = None
     cands = candidates(hi)
     while len(cands) > 1:
         mid = cands[(len(cands) - 1) // 2]
         case = case_for(prefix(graph, mid))
         got = run(case)
         ok = same_bug(original, got)
-        steps.append(("prefix", f"nodes[0..{mid}] ({nodes[mid]['op']} {nodes[mid]['name']}): "
-                      f"{got.signature if got else 'passes'}", ok))
+        steps.append(
+            (
+                "prefix",
+                f"nodes[0..{mid}] ({nodes[mid]['op']} {nodes[mid]['name']}): "
+                f"{got.signature if got else 'passes'}",
+                ok,
+            )
+        )
         if ok:
             hi = mid
             h = _first_diverging(target, case, last.get("verdict"), index)
@@ -252,13 +276,18 @@ def bisect(target: Target, impl: Implementation, inputs: Inputs, *, confirm: boo
                 node = (got.details or {}).get("node")
                 at = index.get(node, mid) if isinstance(node, str) else mid
                 if other is None or at < other["index"]:
-                    other = {"node": nodes[at]["name"], "op": nodes[at]["op"], "index": at,
-                             "signature": got.signature, "prefix_end": mid}
+                    other = {
+                        "node": nodes[at]["name"],
+                        "op": nodes[at]["op"],
+                        "index": at,
+                        "signature": got.signature,
+                        "prefix_end": mid,
+                    }
     first = cands[0] if cands else hi
     first_name = nodes[first]["name"]
 
     # Step 2: the window feeding node `first`.
-    tried: dict[tuple[str, ...], Optional[Failure]] = {}
+    tried: dict[tuple[str, ...], Failure | None] = {}
 
     def window_fails(keep: list[str]) -> bool:
         ordered = sorted(set(keep) | {first_name}, key=index.__getitem__)
@@ -266,9 +295,15 @@ def bisect(target: Target, impl: Implementation, inputs: Inputs, *, confirm: boo
         if key not in tried:
             got = run(case_for(subgraph(graph, ordered, ordered if crashing else [first_name])))
             tried[key] = got if same_bug(original, got) else None
-            steps.append(("window", f"{len(ordered)} node(s) {', '.join(ordered[:6])}"
-                          f"{' ...' if len(ordered) > 6 else ''}: "
-                          f"{got.signature if got else 'passes'}", tried[key] is not None))
+            steps.append(
+                (
+                    "window",
+                    f"{len(ordered)} node(s) {', '.join(ordered[:6])}"
+                    f"{' ...' if len(ordered) > 6 else ''}: "
+                    f"{got.signature if got else 'passes'}",
+                    tried[key] is not None,
+                )
+            )
         return tried[key] is not None
 
     window: list[str] = [first_name]
@@ -315,16 +350,22 @@ def bisect(target: Target, impl: Implementation, inputs: Inputs, *, confirm: boo
     if final_key not in tried:  # the prefix fallback: run it once
         got = run(final_case)
         final_failure = got if same_bug(original, got) else None
-        steps.append(("window", f"prefix fallback ({len(window)} nodes): "
-                      f"{got.signature if got else 'passes'}", final_failure is not None))
+        steps.append(
+            (
+                "window",
+                f"prefix fallback ({len(window)} nodes): {got.signature if got else 'passes'}",
+                final_failure is not None,
+            )
+        )
 
     # Step 3: confirmation.
     confirmed, nondeterministic = final_failure is not None, False
     if confirm:
         again = run(final_case)
         ok = same_bug(original, again)
-        steps.append(("confirm", f"re-run of the final window: "
-                      f"{again.signature if again else 'passes'}", ok))
+        steps.append(
+            ("confirm", f"re-run of the final window: {again.signature if again else 'passes'}", ok)
+        )
         if ok != (final_failure is not None):
             nondeterministic = True
         confirmed = ok and final_failure is not None
@@ -369,8 +410,9 @@ def _depths(name: str, by_name: dict[str, dict]) -> dict[str, int]:
     return depth
 
 
-def _first_diverging(target: Target, case: Inputs, verdict: Any,
-                     index: dict[str, int]) -> Optional[int]:
+def _first_diverging(
+    target: Target, case: Inputs, verdict: Any, index: dict[str, int]
+) -> int | None:
     """Index of a diverging output of ``case``: the node the failure names (``details["node"]``;
     the ``compiler`` oracle names the topologically first diverging output), else the
     topologically first output that the oracle flags on its own (re-asked per output: no compile,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Any, Callable, Optional, Sequence, TypeVar
+from typing import Any, Callable, Sequence, TypeVar
 
 import numpy as np
 
@@ -80,10 +80,22 @@ class ShrinkResult:
     after: dict[str, int]
 
 
-def shrink_case(target: Target, impl: Implementation, case: Case,
-                *, timeout: Optional[float] = None,
-                checker: Optional[Callable[..., Any]] = None,
-                until: Optional[float] = None) -> ShrinkResult:
+def _still_failing(
+    still_fails: Callable[[Inputs], bool], inputs: Inputs, group: tuple[str, ...]
+) -> Callable[[list[int]], bool]:
+    """ddmin's test for one group of reducible inputs: keep these items, does it still fail?"""
+    return lambda keep: still_fails(_take(inputs, group, keep))
+
+
+def shrink_case(
+    target: Target,
+    impl: Implementation,
+    case: Case,
+    *,
+    timeout: float | None = None,
+    checker: Callable[..., Any] | None = None,
+    until: float | None = None,
+) -> ShrinkResult:
     """Shrink a failing case along the target's reducible inputs, keeping its signature.
 
     ``until`` (a ``time.monotonic()`` instant) ends the search early: every candidate after it
@@ -94,7 +106,7 @@ def shrink_case(target: Target, impl: Implementation, case: Case,
     Raises ValueError when the case does not fail (nothing to shrink).
     """
 
-    def check(candidate: Inputs, confirm: bool = True) -> Optional[Failure]:
+    def check(candidate: Inputs, confirm: bool = True) -> Failure | None:
         if checker is None:
             return check_case(target, impl, candidate, confirm=confirm, timeout=timeout).failure
         return checker(target, impl, candidate, properties=True, timeout=timeout).failure
@@ -128,14 +140,19 @@ def shrink_case(target: Target, impl: Implementation, case: Case,
         changed = False
         for group in groups:
             length = _length(inputs[group[0]])
-            keep = ddmin(list(range(length)),
-                         lambda idx, g=group: still_fails(_take(inputs, g, idx)))
+            keep = ddmin(list(range(length)), _still_failing(still_fails, inputs, group))
             if len(keep) < length:
                 inputs = _take(inputs, group, keep)
                 changed = True
     final = check(inputs) or last_failure[0]
-    shrunk = Case(target=case.target, implementation=case.implementation, inputs=inputs,
-                  seed=case.seed, failure=final, origin="shrink")
+    shrunk = Case(
+        target=case.target,
+        implementation=case.implementation,
+        inputs=inputs,
+        seed=case.seed,
+        failure=final,
+        origin="shrink",
+    )
     return ShrinkResult(shrunk, tests, before, {k: _length(inputs[k]) for k in before})
 
 

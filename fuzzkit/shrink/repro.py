@@ -26,14 +26,15 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from fuzzkit.case import Case, atomic_write_text
 
 #: The one place in TEMPLATE where data goes: replaced (once) by a JSON string literal.
 META_SLOT = "@META_JSON_LITERAL@"
 
-TEMPLATE = '''#!/usr/bin/env python
+TEMPLATE = (
+    '''#!/usr/bin/env python
 """Reproducer written by `fuzzkit bisect` for a bisected graph case.
 
     python THIS_SCRIPT [--mutant NAME] [--impl NAME] [--limit NAME=N]
@@ -51,7 +52,9 @@ import sys
 from pathlib import Path
 
 # Everything taken from the case and the bisection, as one JSON document: data, never code.
-META = json.loads(''' + META_SLOT + ''')
+META = json.loads('''
+    + META_SLOT
+    + ''')
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 HERE = Path(__file__).resolve().parent
@@ -175,6 +178,7 @@ if __name__ == "__main__":
               file=sys.stderr)
         sys.exit(2)
 '''
+)
 
 
 def meta_literal(meta: dict[str, Any]) -> str:
@@ -194,9 +198,15 @@ def render(meta: dict[str, Any]) -> str:
     return head + meta_literal(meta) + tail
 
 
-def write_repro(case: Case, case_path: os.PathLike[str] | str, *, first_node: Any = "?",
-                op: Any = "?", window: Optional[list[Any]] = None,
-                signature: Any = "?") -> Path:
+def write_repro(
+    case: Case,
+    case_path: os.PathLike[str] | str,
+    *,
+    first_node: Any = "?",
+    op: Any = "?",
+    window: list[Any] | None = None,
+    signature: Any = "?",
+) -> Path:
     """Write ``repro_<case_id>.py`` beside ``case_path`` (the saved minimized case)."""
     case_path = Path(case_path)
     script = case_path.parent / f"repro_{case.case_id}.py"
