@@ -21,7 +21,7 @@ from typing import Any, Sequence
 from fuzzkit import __version__
 from fuzzkit.errors import FuzzkitError, UsageError
 
-EXIT_CLEAN, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
+EXIT_CLEAN, EXIT_FINDINGS, EXIT_USAGE, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
 
 class _Parser(argparse.ArgumentParser):
@@ -287,7 +287,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("fuzzkit: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
+    except Exception as exc:  # noqa: BLE001 - exit 3, never 0 or 1, whatever went wrong
+        import traceback
+
+        traceback.print_exc()
+        print(
+            f"fuzzkit: internal error: {type(exc).__name__}: {str(exc)[:300]} (exit 3: a failed "
+            "write or a bug in fuzzkit; the traceback above says where)",
+            file=sys.stderr,
+        )
+        return EXIT_INTERNAL
 
 
 # ---------------------------------------------------------------------------------------------
@@ -324,6 +334,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UsageError("--steer rewards new branches, which --coverage measures: add --coverage")
     if args.memory_mb is not None and not args.isolate:
         raise UsageError("--memory-mb needs --isolate")
+    _require_writable_outputs(args)
     if (
         args.workers > 1
         or args.backend == "ray"
@@ -355,6 +366,18 @@ def cmd_run(args: argparse.Namespace) -> int:
     finally:
         if meter is not None:
             meter.stop()
+
+
+def _require_writable_outputs(args: argparse.Namespace) -> None:
+    """Corpus and report directory take files, checked before any fuzzing (exit 2 otherwise)."""
+    from fuzzkit import corpus
+    from fuzzkit.report import require_writable
+
+    if args.resume is not None:
+        require_writable(args.resume, "run directory", "--resume")
+        return
+    require_writable(args.corpus or corpus.default_root(), "corpus", "--corpus")
+    require_writable(args.report_dir, "report directory", "--report-dir")
 
 
 def _load_known(path: Path | None) -> Any:
@@ -433,13 +456,15 @@ def _run_plan_in_process(
     from fuzzkit import corpus
     from fuzzkit.campaign import RunRecorder, write_html_if_available
     from fuzzkit.engines.hypothesis import fuzz
-    from fuzzkit.report import new_run_id, result_row, write_report
+    from fuzzkit.report import new_run_dir, result_row, write_report
 
     share = args.budget / len(plan)
     rows, findings = [], []
-    run_id = new_run_id(args.seed)
+    run_dir = new_run_dir(args.report_dir, args.seed)
+    run_id = run_dir.name
+    interrupted = False
     recorder = RunRecorder(
-        args.report_dir / run_id,
+        run_dir,
         seed=args.seed,
         budget=args.budget,
         plan=[[t.name, i.name] for t, i in plan],
@@ -448,67 +473,85 @@ def _run_plan_in_process(
         case_timeout=args.case_timeout,
     )
     coverage: dict[str, Any] = {}
-    for target, impl in plan:
-        _status(f"fuzzing {target.name}/{impl.name} for {share:.1f} s ...")
-        on_case = recorder.progress_callback(target.name, impl.name)
-        if meter is not None:
-            from fuzzkit.registry import source_packages
-
-            meter.pair(
-                f"{target.name}/{impl.name}",
-                target.coverage_sources(impl) or source_packages([target.name]),
-            )
-
-        def counted(n: int, on_case: Any = on_case) -> None:
-            on_case(n)
+    try:
+        for target, impl in plan:
+            _status(f"fuzzing {target.name}/{impl.name} for {share:.1f} s ...")
+            on_case = recorder.progress_callback(target.name, impl.name)
             if meter is not None:
-                meter.tick()
+                from fuzzkit.registry import source_packages
 
-        saved: list[tuple[Any, Path]] = []
+                meter.pair(
+                    f"{target.name}/{impl.name}",
+                    target.coverage_sources(impl) or source_packages([target.name]),
+                )
 
-        def on_finding(
-            case: Any, sequence: Any, target: Any = target, saved: list[tuple[Any, Path]] = saved
-        ) -> None:
-            path = corpus.save(case, root)
-            if sequence is not None:
-                sequence.save(corpus.directory(root, target.name, "sequences"))
-            saved.append((case, path))
-            recorder.found(case, path, sequence)
-            _status(f"  found {case.failure.signature} -> {path}")
+            def counted(n: int, on_case: Any = on_case) -> None:
+                on_case(n)
+                if meter is not None:
+                    meter.tick()
 
-        confirm = None if args.no_confirm else _confirmer(target, impl, args, mutants, share)
-        with contextlib.ExitStack() as stack:
-            for mutant in mutants:
-                stack.enter_context(mutant.applied())
-            result = fuzz(
-                target,
-                impl,
-                budget=share,
-                seed=args.seed,
-                profile=args.profile,
-                case_timeout=args.case_timeout,
-                on_case=counted,
-                known=known,
-                confirm=confirm,
-                on_finding=on_finding,
-                max_findings=args.max_findings,
-                steer=meter.novelty if meter is not None and args.steer else None,
-            )
-        on_case(result.cases, final=True)
-        for case, _path in saved:
-            findings.append((case.case_id, case.dumps() + "\n"))
-        row = result_row(result, [path for _, path in saved])
-        if mutants:
-            row["mutants"] = [m.name for m in mutants]
-        if meter is not None:
-            meter.tick(force=True)
-            row["coverage"] = coverage[f"{target.name}/{impl.name}"] = meter.report(
-                f"{target.name}/{impl.name}"
-            )
-        rows.append(row)
-    recorder.finish()
+            saved: list[tuple[Any, Path]] = []
+
+            def on_finding(
+                case: Any,
+                sequence: Any,
+                target: Any = target,
+                saved: list[tuple[Any, Path]] = saved,
+            ) -> None:
+                path = corpus.save(case, root)
+                if sequence is not None:
+                    sequence.save(corpus.directory(root, target.name, "sequences"))
+                saved.append((case, path))
+                recorder.found(case, path, sequence)
+                _status(f"  found {case.failure.signature} -> {path}")
+
+            confirm = None if args.no_confirm else _confirmer(target, impl, args, mutants, share)
+            with contextlib.ExitStack() as stack:
+                for mutant in mutants:
+                    stack.enter_context(mutant.applied())
+                result = fuzz(
+                    target,
+                    impl,
+                    budget=share,
+                    seed=args.seed,
+                    profile=args.profile,
+                    case_timeout=args.case_timeout,
+                    on_case=counted,
+                    known=known,
+                    confirm=confirm,
+                    on_finding=on_finding,
+                    max_findings=args.max_findings,
+                    steer=meter.novelty if meter is not None and args.steer else None,
+                )
+            on_case(result.cases, final=True)
+            for case, _path in saved:
+                findings.append((case.case_id, case.dumps() + "\n"))
+            row = result_row(result, [path for _, path in saved])
+            if mutants:
+                row["mutants"] = [m.name for m in mutants]
+            if meter is not None:
+                meter.tick(force=True)
+                row["coverage"] = coverage[f"{target.name}/{impl.name}"] = meter.report(
+                    f"{target.name}/{impl.name}"
+                )
+            rows.append(row)
+            if result.interrupted:  # Ctrl-C: the unfinished findings were saved as they stood
+                interrupted = True
+                break
+    except KeyboardInterrupt:  # between cases or while saving: what is on disk stays, say so
+        interrupted = True
+    status = "interrupted" if interrupted else "done"
+    recorder.finish(status=status)
     summary = write_report(
-        args.report_dir, run_id, args.seed, args.budget, rows, skipped, findings, known=known
+        args.report_dir,
+        run_id,
+        args.seed,
+        args.budget,
+        rows,
+        skipped,
+        findings,
+        known=known,
+        status=status,
     )
     from fuzzkit.case import atomic_write_text
 
@@ -535,6 +578,9 @@ def _run_plan_in_process(
     if coverage:
         _print(_coverage_table(coverage))
     print(f"report: {summary}")
+    if interrupted:
+        print(f"fuzzkit: interrupted; {len(findings)} finding(s) saved", file=sys.stderr)
+        return EXIT_INTERRUPTED
     return EXIT_FINDINGS if findings else EXIT_CLEAN
 
 
@@ -640,6 +686,8 @@ def _run_campaign(args: argparse.Namespace) -> int:
     )
     if progress != "jsonl":
         print(f"report: {result.summary}")
+    if result.status == "interrupted":
+        return EXIT_INTERRUPTED
     return EXIT_FINDINGS if result.findings else EXIT_CLEAN
 
 

@@ -22,6 +22,40 @@ def new_run_id(seed: int) -> str:
     return f"{stamp}-seed{seed}"
 
 
+def new_run_dir(report_dir: Path, seed: int) -> Path:
+    """A fresh ``report_dir/<timestamp>-seed<N>[-k]`` of this run alone: created with an
+    exclusive ``mkdir``, so two runs started in the same second never share (and overwrite) one
+    directory."""
+    report_dir.mkdir(parents=True, exist_ok=True)
+    run_id = new_run_id(seed)
+    for k in range(1, 10_000):
+        candidate = report_dir / (run_id if k == 1 else f"{run_id}-{k}")
+        try:
+            candidate.mkdir()
+        except FileExistsError:
+            continue
+        return candidate
+    raise FileExistsError(f"{report_dir}: no free run directory for {run_id}")
+
+
+def require_writable(directory: Path, what: str, option: str) -> None:
+    """Fail before any fuzzing when ``directory`` cannot take files: a finding made first and
+    lost at the save is the worst outcome a fuzzer has.  One-line UsageError."""
+    import tempfile
+
+    from fuzzkit.errors import UsageError
+
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=directory, prefix=".fuzzkit-write-check-"):
+            pass
+    except OSError as exc:
+        raise UsageError(
+            f"the {what} {directory} is not writable ({exc.strerror or exc}); pass a writable "
+            f"directory with {option}"
+        ) from None
+
+
 def result_row(result: FuzzResult, finding_paths: Any = None) -> dict[str, Any]:
     """One summary row per (target, implementation): every distinct finding, the first one also
     as ``finding`` (older readers), known-signature hits, operation counts and threshold reach.
@@ -72,6 +106,7 @@ def write_report(
     skipped: Iterable[dict[str, str]],
     findings: Iterable[tuple[str, str]],
     known: Any = None,
+    status: str = "done",
 ) -> Path:
     """Write the run's report directory and return the path of ``summary.json``."""
     out = report_dir / run_id
@@ -80,6 +115,7 @@ def write_report(
     total_seconds = sum(r["seconds"] for r in rows)
     summary = {
         "run_id": run_id,
+        "status": status,
         "fuzzkit_version": __version__,
         "python": platform.python_version(),
         "machine": platform.machine(),

@@ -130,7 +130,7 @@ def _check_resumable(state: dict[str, Any], source: Path) -> None:
 
 def run_campaign(opts: CampaignOptions) -> CampaignResult:
     from fuzzkit import corpus as corpus_mod
-    from fuzzkit.report import new_run_id
+    from fuzzkit.report import new_run_dir
 
     if opts.resume is not None:
         run_dir = Path(opts.resume)
@@ -145,13 +145,7 @@ def run_campaign(opts: CampaignOptions) -> CampaignResult:
         if opts.workers < 1:
             raise UsageError("--workers must be at least 1")
         plan, skipped = build_plan(opts.targets, opts.all, opts.impl)
-        run_id = new_run_id(opts.seed)
-        run_dir = Path(opts.report_dir) / run_id
-        n = 1
-        while run_dir.exists():
-            n += 1
-            run_dir = Path(opts.report_dir) / f"{run_id}-{n}"
-        run_dir.mkdir(parents=True)
+        run_dir = new_run_dir(Path(opts.report_dir), opts.seed)
         root = Path(opts.corpus or corpus_mod.default_root()).resolve()
         state = {
             "run_id": run_dir.name,
@@ -340,7 +334,7 @@ def run_campaign(opts: CampaignOptions) -> CampaignResult:
                 progress.finding(new)
         save_state(status)
         log.close()
-        summary = _write_summary(run_dir, state, stats, skipped)
+        summary = _write_summary(run_dir, state, stats, skipped, status)
         progress.finish(stats, elapsed())
         write_html_if_available(run_dir)
     cases, _ = stats.totals()
@@ -372,7 +366,11 @@ def _backend(name: str, state: dict[str, Any], opts: CampaignOptions) -> Any:
 
 
 def _write_summary(
-    run_dir: Path, state: dict[str, Any], stats: Stats, skipped: list[dict[str, str]]
+    run_dir: Path,
+    state: dict[str, Any],
+    stats: Stats,
+    skipped: list[dict[str, str]],
+    status: str = "done",
 ) -> Path:
     from fuzzkit.report import write_report
 
@@ -448,6 +446,7 @@ def _write_summary(
         rows,
         skipped,
         findings,
+        status=status,
     )
 
 

@@ -62,6 +62,9 @@ class FuzzResult:
     #: Every distinct finding of the run, one per signature, in the order they were found.
     findings: list[Case] = dataclasses.field(default_factory=list)
     #: Per finding signature: seconds and cases to its first occurrence.
+    #: The run was stopped by Ctrl-C (SIGINT): every failure seen so far was kept, those not yet
+    #: shrunk as found (origin ``interrupted``).
+    interrupted: bool = False
     found_at: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)
     #: Failures whose signature the user accepted (``--known``), by signature: skipped, counted.
     known_hits: dict[str, int] = dataclasses.field(default_factory=dict)
@@ -260,51 +263,85 @@ def fuzz(
     def enough() -> bool:
         return max_findings is not None and len(found) >= max_findings
 
-    chunk, rate = 0, None
-    while not enough():
-        remaining = deadline - time.monotonic()
-        if remaining <= 0 and chunk > 0:
-            break
-        if rate is None:
-            examples = 10
-        else:
-            examples = int(max(1, min(remaining * rate, 5000, max(20, rate * 5))))
-        before_cases, before_time = result.cases, time.monotonic()
-        test = given(strategy)(run_one)
-        test = settings(max_examples=examples, phases=phases, **options)(test)
-        chunk_seed = seed * 1_000_003 + chunk
-        test = hypothesis.seed(chunk_seed)(test)
-        result.chunks.append((chunk_seed, examples))
-        chase.clear()
-        try:
-            test()
-        except (_Found, _FoundExpensive, _ShrinkTimeUp, Flaky):
-            # Flaky: the chased failure did not reproduce during Hypothesis's final replay; keep
-            # what we saw last (check_case already labelled it if it is non-deterministic).
-            pass
-        chunk += 1
-        if "failure" in chase:
-            finish(
-                chase["inputs"],
-                chase["failure"],
-                chase["history"],
-                "hypothesis",
-                chase.get("first"),
-            )
+    def _search() -> None:
+        chunk, rate = 0, None
+        while not enough():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 and chunk > 0:
+                break
+            if rate is None:
+                examples = 10
+            else:
+                examples = int(max(1, min(remaining * rate, 5000, max(20, rate * 5))))
+            before_cases, before_time = result.cases, time.monotonic()
+            test = given(strategy)(run_one)
+            test = settings(max_examples=examples, phases=phases, **options)(test)
+            chunk_seed = seed * 1_000_003 + chunk
+            test = hypothesis.seed(chunk_seed)(test)
+            result.chunks.append((chunk_seed, examples))
             chase.clear()
-            continue  # a finding's chunk says nothing about the case rate
-        spent = time.monotonic() - before_time
-        done = result.cases - before_cases
-        if done and spent > 0:
-            rate = done / spent
-        if done == 0:
-            break  # the strategy is exhausted (tiny search spaces)
-    # Signatures seen only while another was being shrunk: findings too, polished by ddmin.
-    for signature, (inputs, failure, before) in first_seen.items():
-        if enough():
-            break
-        if signature not in found:
-            finish(inputs, failure, before, "hypothesis")
+            try:
+                test()
+            except (_Found, _FoundExpensive, _ShrinkTimeUp, Flaky):
+                # Flaky: the chased failure did not reproduce during Hypothesis's final replay; keep
+                # what we saw last (check_case already labelled it if it is non-deterministic).
+                pass
+            chunk += 1
+            if "failure" in chase:
+                finish(
+                    chase["inputs"],
+                    chase["failure"],
+                    chase["history"],
+                    "hypothesis",
+                    chase.get("first"),
+                )
+                chase.clear()
+                continue  # a finding's chunk says nothing about the case rate
+            spent = time.monotonic() - before_time
+            done = result.cases - before_cases
+            if done and spent > 0:
+                rate = done / spent
+            if done == 0:
+                break  # the strategy is exhausted (tiny search spaces)
+        # Signatures seen only while another was being shrunk: findings too, polished by ddmin.
+        for signature, (inputs, failure, before) in first_seen.items():
+            if enough():
+                break
+            if signature not in found:
+                finish(inputs, failure, before, "hypothesis")
+
+    def _keep_unfinished() -> None:
+        """After Ctrl-C: every failure seen and not yet final becomes a finding as it stands
+        (the chased one at its smallest so far), saved through ``on_finding`` like the others --
+        a bug found must not be lost because shrinking or confirming it was interrupted."""
+        pending: list[tuple[Inputs, Any]] = []
+        if "failure" in chase:
+            pending.append((chase["inputs"], chase["failure"]))
+        pending.extend((inputs, failure) for inputs, failure, _ in first_seen.values())
+        for inputs, failure in pending:
+            if failure.signature in found:
+                continue
+            case = Case(
+                target=target.name,
+                implementation=impl.name,
+                inputs=inputs,
+                seed=seed,
+                failure=failure,
+                origin="interrupted",
+            )
+            found[failure.signature] = case
+            result.findings.append(case)
+            if result.finding is None:
+                result.finding = case
+            if on_finding is not None:
+                on_finding(case, None)
+
+    try:
+        _search()
+    except KeyboardInterrupt:
+        result.interrupted = True
+        _keep_unfinished()
+    result.seconds = time.monotonic() - start
     result.seconds = time.monotonic() - start
     result.other_signatures = {s: n for s, n in others.items()}
     result.known_hits = dict(known_hits)
