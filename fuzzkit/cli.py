@@ -136,6 +136,14 @@ def build_parser() -> argparse.ArgumentParser:
         "keep fuzzing for the whole budget)",
     )
     p.add_argument(
+        "--max-cases",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="stop each target x implementation (per worker) after N generated cases, like "
+        "libFuzzer's -runs (default: the budget alone decides)",
+    )
+    p.add_argument(
         "--no-confirm", action="store_true", help="skip the fresh-process confirmation of findings"
     )
 
@@ -521,6 +529,7 @@ def _run_plan_in_process(
                     confirm=confirm,
                     on_finding=on_finding,
                     max_findings=args.max_findings,
+                    max_cases=args.max_cases,
                     steer=meter.novelty if meter is not None and args.steer else None,
                 )
             on_case(result.cases, final=True)
@@ -681,6 +690,7 @@ def _run_campaign(args: argparse.Namespace) -> int:
             progress=progress,
             resume=args.resume,
             known=_load_known(args.known),
+            max_cases=args.max_cases,
             confirm=not args.no_confirm,
         )
     )
@@ -814,7 +824,7 @@ def cmd_shrink(args: argparse.Namespace) -> int:
         f"{result.case.failure.signature if result.case.failure else ''}"
     )
     print(f"wrote {out}")
-    return EXIT_FINDINGS
+    return EXIT_CLEAN  # success: the smaller case is written
 
 
 def _save_case(case: Any, directory: Path) -> Path:
@@ -874,7 +884,7 @@ def cmd_bisect(args: argparse.Namespace) -> int:
                 print(json.dumps({"case": str(args.path), "failed": False, "error": str(exc)}))
             else:
                 print(f"{args.path}: {exc}")
-            return EXIT_FINDINGS
+            return EXIT_CLEAN  # the case passes: nothing to bisect
     out_dir = args.out or args.path.parent / "bisected"
     minimized = Case(
         target=case.target,
@@ -907,7 +917,7 @@ def cmd_bisect(args: argparse.Namespace) -> int:
                 indent=2,
             )
         )
-        return EXIT_CLEAN
+        return EXIT_FINDINGS  # the divergence reproduces
     status = (
         "NONDETERMINISTIC"
         if result.nondeterministic
@@ -930,7 +940,7 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     print(f"compile calls: {result.compile_calls} in {result.seconds:.1f} s; {status}")
     print(f"minimized case: {case_path}")
     print(f"repro: {repro}" + (f" (run with --mutant {args.mutant})" if args.mutant else ""))
-    return EXIT_CLEAN
+    return EXIT_FINDINGS  # the divergence reproduces
 
 
 def cmd_mutants(args: argparse.Namespace) -> int:

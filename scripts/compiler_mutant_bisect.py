@@ -89,7 +89,7 @@ def main() -> int:
             [sys.executable, "-m", "fuzzkit.cli", "bisect", str(path), "--mutant", mutant.name,
              "--json", "--out", str(out / mutant.name / "bisected")],
             capture_output=True, text=True, cwd=ROOT, env=dict(os.environ))
-        if proc.returncode != 0:
+        if proc.returncode != 1:  # 1: the divergence reproduces and was bisected
             tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:]
             print(f"{mutant.name:30} {result.seconds:8.2f} {n:5} {'':>5} {'':>9} {'':28} "
                   f"BISECT rc={proc.returncode} {tail}")

@@ -265,7 +265,7 @@ def test_cli_bisect_end_to_end(toy_registered: Target, tmp_path: Path,
 
     failing = Case("toy_graphs", "toy", failing_toy_case("reversed_sub", 40), origin="manual")
     path = failing.save(tmp_path)
-    assert main(["bisect", str(path), "--mutant", "reversed_sub"]) == 0
+    assert main(["bisect", str(path), "--mutant", "reversed_sub"]) == 1
     out = capsys.readouterr().out
     assert "first diverging node" in out and "(sub)" in out and "confirmed" in out
     written = sorted((tmp_path / "bisected").iterdir())
@@ -285,12 +285,12 @@ def test_cli_bisect_end_to_end(toy_registered: Target, tmp_path: Path,
 
     # --json, --out
     assert main(["bisect", str(path), "--mutant", "reversed_sub", "--json",
-                 "--out", str(tmp_path / "o")]) == 0
+                 "--out", str(tmp_path / "o")]) == 1
     data = json.loads(capsys.readouterr().out)
     assert data["op"] == "sub" and data["confirmed"] and Path(data["repro"]).exists()
 
-    # a case that does not fail: exit 1, nothing written
-    assert main(["bisect", str(path), "--out", str(tmp_path / "none")]) == 1
+    # a case that does not fail: exit 0, nothing written
+    assert main(["bisect", str(path), "--out", str(tmp_path / "none")]) == 0
     assert "passes" in capsys.readouterr().out
     assert not (tmp_path / "none").exists()
 
@@ -410,9 +410,9 @@ def test_compiler_cli_and_repro(compiler: tuple[Target, Implementation], single_
     from fuzzkit.cli import main
 
     path = Case("compiler", "fusing", single_op_case, origin="manual").save(tmp_path)
-    assert main(["bisect", str(path)]) == 1  # the clean compiler passes it
+    assert main(["bisect", str(path)]) == 0  # the clean compiler passes it
     assert main(["bisect", str(path), "--mutant", SINGLE_MUTANT, "--out",
-                 str(tmp_path / "b")]) == 0
+                 str(tmp_path / "b")]) == 1
     out = capsys.readouterr().out
     assert f"({SINGLE_OP})" in out
     repro = next((tmp_path / "b").glob("repro_*.py"))

@@ -80,7 +80,7 @@ def test_shrink_of_a_segfault_runs_isolated(tmp_path: Path) -> None:
     path = _finding(tmp_path, "crash-segv", "ctypes", "crash")
     code, out, err = _fuzzkit("shrink", str(path), "--output", str(tmp_path / "out"),
                               cwd=tmp_path)
-    assert code == 1, (out, err)
+    assert code == 0, (out, err)
     assert "crash:signal:SIGSEGV" in out and "wrote" in out
 
 

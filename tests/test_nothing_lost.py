@@ -111,3 +111,19 @@ def test_an_unexpected_error_is_exit_3(
     err = capsys.readouterr().err
     assert code == 3
     assert err.strip().splitlines()[-1].startswith("fuzzkit: internal error: OSError")
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_max_cases_stops_a_clean_run_at_n_cases(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], workers: str
+) -> None:
+    """libFuzzer's -runs: a generous budget, a small case count, and the count decides."""
+    code = main(["run", "toy-dot", "--budget", "120", "--max-cases", "25", "--workers", workers,
+                 "--progress", "quiet", "--corpus", str(tmp_path / "c"), "--report-dir",
+                 str(tmp_path / "r")])
+    capsys.readouterr()
+    assert code == 0
+    [run_dir] = (tmp_path / "r").iterdir()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    cases = {row["implementation"]: row["cases"] for row in summary["results"]}
+    assert cases and all(0 < n <= 25 * int(workers) for n in cases.values()), cases

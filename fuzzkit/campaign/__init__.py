@@ -51,6 +51,7 @@ class CampaignOptions:
     heartbeat: float = 1.0
     known: Any = None  # fuzzkit.known.KnownSignatures: accepted signatures, never chased
     confirm: bool = True  # replay findings in a fresh process (state-dependent ones)
+    max_cases: int | None = None  # per target x implementation and worker (libFuzzer's -runs)
 
 
 @dataclasses.dataclass
@@ -235,6 +236,7 @@ def run_campaign(opts: CampaignOptions) -> CampaignResult:
                 "cwd": os.getcwd(),
                 "heartbeat": opts.heartbeat,
                 "confirm": opts.confirm,
+                "max_cases": opts.max_cases,
                 "known": opts.known.to_json() if opts.known is not None else state.get("known", []),
             }
             last_seen: dict[int, float] = {}

@@ -277,6 +277,8 @@ def _fuzz_item(
         from fuzzkit.engines.hypothesis import fuzz
 
         kwargs: dict[str, Any] = {}
+        if spec.get("max_cases") is not None:
+            kwargs["max_cases"] = int(spec["max_cases"])
         if checker is not None:
             if "checker" not in inspect.signature(fuzz).parameters:
                 raise RuntimeError("this fuzzkit's engine does not take a checker (--isolate)")

@@ -122,8 +122,10 @@ def fuzz(
     on_finding: Callable[[Case, Any], None] | None = None,
     history: int = 64,
     steer: Callable[[], float] | None = None,
+    max_cases: int | None = None,
 ) -> FuzzResult:
-    """Fuzz ``impl`` against ``target``'s reference for about ``budget`` seconds.
+    """Fuzz ``impl`` against ``target``'s reference for about ``budget`` seconds (or until
+    ``max_cases`` generated cases, whichever comes first).
 
     The run keeps going after a finding: each *new* signature is chased (Hypothesis shrinks it,
     keeping the signature), polished by ddmin, confirmed, handed to ``on_finding`` at once (so it
@@ -188,6 +190,8 @@ def fuzz(
     def run_one(inputs: Inputs) -> None:
         if chase and time.monotonic() > chase["until"]:
             raise _ShrinkTimeUp()
+        if not chase and max_cases is not None and result.cases >= max_cases:
+            return  # libFuzzer's -runs: the generation budget is spent (shrinking may finish)
         result.cases += 1
         if on_case is not None:
             on_case(result.cases)
@@ -273,6 +277,10 @@ def fuzz(
                 examples = 10
             else:
                 examples = int(max(1, min(remaining * rate, 5000, max(20, rate * 5))))
+            if max_cases is not None:
+                if result.cases >= max_cases:
+                    break
+                examples = min(examples, max_cases - result.cases)
             before_cases, before_time = result.cases, time.monotonic()
             test = given(strategy)(run_one)
             test = settings(max_examples=examples, phases=phases, **options)(test)
