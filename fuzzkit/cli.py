@@ -47,7 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=_positive_float,
         default=60.0,
         help="total seconds of fuzzing, split over targets x implementations "
-        "(default 60; shrinking a finding may add to it)",
+        "(default 60; a run ends within it plus about one case time limit)",
     )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--profile", choices=("ci", "campaign"), default="campaign")
@@ -460,14 +460,18 @@ def _run_plan_in_process(
     meter: Any,
 ) -> int:
     import contextlib
+    import time
 
     from fuzzkit import corpus
     from fuzzkit.campaign import RunRecorder, write_html_if_available
     from fuzzkit.engines.hypothesis import fuzz
     from fuzzkit.report import new_run_dir, result_row, write_report
 
-    share = args.budget / len(plan)
-    rows, findings = [], []
+    # Each pair's share comes from what is left: a pair that ran over (a slow first case) is paid
+    # for by the ones after it, so the whole run keeps to its budget.
+    run_deadline = time.monotonic() + args.budget
+    rows: list[dict[str, Any]] = []
+    findings: list[tuple[str, str]] = []
     run_dir = new_run_dir(args.report_dir, args.seed)
     run_id = run_dir.name
     interrupted = False
@@ -483,6 +487,8 @@ def _run_plan_in_process(
     coverage: dict[str, Any] = {}
     try:
         for target, impl in plan:
+            pairs_left = len(plan) - len(rows)
+            share = max(0.0, run_deadline - time.monotonic()) / pairs_left
             _status(f"fuzzing {target.name}/{impl.name} for {share:.1f} s ...")
             on_case = recorder.progress_callback(target.name, impl.name)
             if meter is not None:

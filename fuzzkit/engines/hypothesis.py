@@ -91,6 +91,11 @@ class _FoundExpensive(BaseException):
     shrunk by Hypothesis: it stops the test at once and the case is kept as found."""
 
 
+class _BudgetSpent(BaseException):
+    """The budget ran out in the middle of a chunk: stop Hypothesis at once (a chunk sized from
+    an earlier rate, or the fixed first chunk of a slow pair, must not overrun the budget)."""
+
+
 class _ShrinkTimeUp(BaseException):
     """The chased failure's shrinking ran out of time: stop Hypothesis at once and keep the
     smallest failing case seen so far (a BaseException is not caught by Hypothesis)."""
@@ -101,6 +106,7 @@ class _ShrinkTimeUp(BaseException):
 #: one finding shrinks for at most a quarter of the budget (or the grace, if longer).
 SHRINK_GRACE = (2.0, 30.0)
 SHRINK_FRACTION = 0.2
+OVERRUN_FRACTION = 0.05
 
 
 def fuzz(
@@ -176,13 +182,16 @@ def fuzz(
     start = time.monotonic()
     deadline = start + budget
     grace = min(max(SHRINK_GRACE[0], SHRINK_FRACTION * budget), SHRINK_GRACE[1])
+    #: How far past the deadline a finding made at the very end may still be shrunk: a budget is a
+    #: wall-clock promise (the unshrunk finding is kept whatever happens).
+    overrun = OVERRUN_FRACTION * budget
 
     def shrink_until() -> float:
         """When shrinking (or polishing) the finding at hand must stop: after at most a quarter
         of the budget, so that one bug cannot eat the time the next one needs, and at most
         ``grace`` past the deadline."""
         now = time.monotonic()
-        return min(now + max(grace, 0.25 * budget), max(deadline, now + grace))
+        return min(now + max(grace, 0.25 * budget), max(deadline, now + min(grace, overrun)))
 
     def is_known(signature: str) -> bool:
         return known is not None and known.match(target.name, impl.name, signature) is not None
@@ -192,6 +201,8 @@ def fuzz(
             raise _ShrinkTimeUp()
         if not chase and max_cases is not None and result.cases >= max_cases:
             return  # libFuzzer's -runs: the generation budget is spent (shrinking may finish)
+        if not chase and result.cases and time.monotonic() >= deadline:
+            raise _BudgetSpent()
         result.cases += 1
         if on_case is not None:
             on_case(result.cases)
@@ -290,7 +301,7 @@ def fuzz(
             chase.clear()
             try:
                 test()
-            except (_Found, _FoundExpensive, _ShrinkTimeUp, Flaky):
+            except (_Found, _FoundExpensive, _ShrinkTimeUp, _BudgetSpent, Flaky):
                 # Flaky: the chased failure did not reproduce during Hypothesis's final replay; keep
                 # what we saw last (check_case already labelled it if it is non-deterministic).
                 pass
