@@ -25,6 +25,18 @@ from typing import Any, Callable, Mapping, Sequence
 Inputs = dict[str, Any]
 
 
+#: What reading unvalidated inputs raises when they are malformed (not a bug of the reader).
+MALFORMED = (
+    ArithmeticError,
+    AttributeError,
+    IndexError,
+    KeyError,
+    TypeError,
+    ValueError,
+    RecursionError,
+)
+
+
 @dataclasses.dataclass(frozen=True)
 class Limit:
     """One resource of a case: ``measure(inputs)`` must stay at or below ``default`` unless the
@@ -73,15 +85,7 @@ def check(
     for limit in limits:
         try:
             size = int(limit.measure(inputs))
-        except (
-            ArithmeticError,
-            AttributeError,
-            IndexError,
-            KeyError,
-            TypeError,
-            ValueError,
-            RecursionError,
-        ) as exc:
+        except MALFORMED as exc:
             return (
                 f"inputs are malformed for target {target_name!r} (measuring {limit.what}: "
                 f"{type(exc).__name__}: {_short(exc)})"

@@ -26,6 +26,8 @@ import numpy as np
 import torch
 import torch.fx
 
+from fuzzkit.limits import MALFORMED
+
 from .ops import MAX_RANK, OPS, SpecError, is_int, shown
 
 __all__ = [
@@ -310,14 +312,6 @@ def validate_graph(graph: Any) -> str | None:
         graph_shapes(graph)
     except GraphError as exc:
         return str(exc)
-    except (
-        ArithmeticError,
-        AttributeError,
-        IndexError,
-        KeyError,
-        TypeError,
-        ValueError,
-        RecursionError,
-    ) as exc:  # defensive: graph_shapes checks types before using them
+    except MALFORMED as exc:  # defensive: graph_shapes checks types before using them
         return f"malformed graph: {type(exc).__name__}: {shown(str(exc))}"
     return None
