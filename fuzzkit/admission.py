@@ -62,24 +62,27 @@ def admit(
     return target
 
 
-def wants_isolation(record: Case | CaseSequence, requested: bool | None) -> bool:
-    """The user's ``--isolate``/``--no-isolate``, else: isolated when the recorded failure is a
-    process death."""
-    if requested is not None:
-        return requested
-    return record.failure is not None and record.failure.kind in PROCESS_DEATHS
+def isolation(
+    record: Case | CaseSequence, isolate: bool | None = None, memory_mb: int | None = None
+) -> tuple[bool, int | None]:
+    """Whether a file's cases run isolated, and with what memory headroom.
 
-
-def memory_headroom(
-    record: Case | CaseSequence, isolated: bool, requested: int | None
-) -> int | None:
-    """``--memory-mb`` if given; for an OOM finding replayed isolated, a default headroom so it
+    ``isolate``: the user's ``--isolate``/``--no-isolate`` (None: isolated when the recorded
+    failure is a process death, or when ``memory_mb`` asks for a limit).  ``memory_mb``: the
+    user's ``--memory-mb``; an OOM finding replayed isolated gets a default headroom, so it
     reproduces as an ``oom`` verdict instead of exhausting the machine."""
-    if requested is not None or not isolated:
-        return requested
-    if record.failure is not None and record.failure.kind == "oom":
-        return DEFAULT_OOM_HEADROOM_MB
-    return None
+    from fuzzkit.errors import UsageError
+
+    failure = record.failure
+    if memory_mb is not None:
+        if isolate is False:
+            raise UsageError("--memory-mb limits an isolated case process: drop --no-isolate")
+        return True, memory_mb
+    if isolate is None:
+        isolate = failure is not None and failure.kind in PROCESS_DEATHS
+    if isolate and failure is not None and failure.kind == "oom":
+        return True, DEFAULT_OOM_HEADROOM_MB
+    return isolate, None
 
 
 @contextlib.contextmanager

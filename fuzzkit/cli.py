@@ -719,12 +719,9 @@ def _case_implementation(target: Any, case: Any, path: Path, chosen: str | None)
 
 def _isolation_of(record: Any, args: argparse.Namespace) -> tuple[bool, int | None]:
     """Whether to run a file's cases isolated, and with what memory headroom."""
-    from fuzzkit.admission import memory_headroom, wants_isolation
+    from fuzzkit.admission import isolation
 
-    if args.memory_mb is not None and args.isolate is False:
-        raise UsageError("--memory-mb limits an isolated case process: drop --no-isolate")
-    isolate = wants_isolation(record, True if args.memory_mb is not None else args.isolate)
-    return isolate, memory_headroom(record, isolate, args.memory_mb)
+    return isolation(record, args.isolate, args.memory_mb)
 
 
 def _load_admitted(paths: Sequence[Path], args: argparse.Namespace) -> list[tuple[Path, Any, Any]]:

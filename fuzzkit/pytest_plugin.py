@@ -95,7 +95,7 @@ class RegressionItem(_FuzzkitItem):
     CASE_TIMEOUT_S = 60.0
 
     def runtest(self) -> None:
-        from fuzzkit.admission import admit, case_checker, memory_headroom, wants_isolation
+        from fuzzkit.admission import admit, case_checker, isolation
         from fuzzkit.case import load
         from fuzzkit.errors import FuzzkitError
         from fuzzkit.registry import implementation_named_by_file
@@ -112,13 +112,9 @@ class RegressionItem(_FuzzkitItem):
         reason = impl.unavailable()
         if reason:
             pytest.skip(f"{impl.name} unavailable: {reason}")
-        isolate = wants_isolation(case, None)
+        isolate, memory_mb = isolation(case)
         with case_checker(
-            target,
-            impl,
-            isolate=isolate,
-            case_timeout=self.CASE_TIMEOUT_S,
-            memory_mb=memory_headroom(case, isolate, None),
+            target, impl, isolate=isolate, case_timeout=self.CASE_TIMEOUT_S, memory_mb=memory_mb
         ) as check:
             failure = check(target, impl, case.inputs).failure
         if failure is not None:

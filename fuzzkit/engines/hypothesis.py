@@ -242,14 +242,8 @@ def fuzz(
         others[signature] += 1
         first_seen.setdefault(signature, (inputs, failure, before))
 
-    def finish(
-        inputs: Inputs,
-        failure: Any,
-        before: list[Inputs],
-        origin: str,
-        first: tuple[Inputs, list[Inputs]] | None = None,
-    ) -> None:
-        case = Case(
+    def as_case(inputs: Inputs, failure: Any, origin: str) -> Case:
+        return Case(
             target=target.name,
             implementation=impl.name,
             inputs=inputs,
@@ -257,6 +251,15 @@ def fuzz(
             failure=failure,
             origin=origin,
         )
+
+    def finish(
+        inputs: Inputs,
+        failure: Any,
+        before: list[Inputs],
+        origin: str,
+        first: tuple[Inputs, list[Inputs]] | None = None,
+    ) -> None:
+        case = as_case(inputs, failure, origin)
         if shrink and target.reducible and failure.kind != "timeout":
             case = _polish(target, impl, case, case_timeout, checker, until=shrink_until())
         sequence = None
@@ -340,14 +343,7 @@ def fuzz(
         for inputs, failure in pending:
             if failure.signature in found:
                 continue
-            case = Case(
-                target=target.name,
-                implementation=impl.name,
-                inputs=inputs,
-                seed=seed,
-                failure=failure,
-                origin="interrupted",
-            )
+            case = as_case(inputs, failure, "interrupted")
             found[failure.signature] = case
             result.findings.append(case)
             if result.finding is None:

@@ -17,9 +17,9 @@ one core.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
+from fuzzkit import limits
 from fuzzkit.limits import Limit, integer, shape as shape_of
 
 
@@ -44,8 +44,7 @@ def dim(inputs: dict[str, Any]) -> int:
 
 
 def elements(inputs: dict[str, Any]) -> int:
-    return sum(math.prod(s) for s in (shape_of(inputs.get(k)) for k in ("vectors", "queries"))
-               if s)
+    return sum(limits.elements(inputs.get(k)) for k in ("vectors", "queries"))
 
 
 def scores(inputs: dict[str, Any]) -> int:

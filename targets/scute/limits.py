@@ -25,9 +25,9 @@ under a gigabyte on one core (the Triton implementation runs the interpreter on 
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
+from fuzzkit import limits
 from fuzzkit.limits import Limit, integer, shape as shape_of
 
 
@@ -85,10 +85,9 @@ def boft_factors(inputs: dict[str, Any]) -> int:
 
 def elements(inputs: dict[str, Any]) -> int:
     """Array elements of the case: x, w0, b0, token_adapter and every adapter's arrays."""
-    total = sum(math.prod(s) for s in (shape_of(inputs.get(k))
-                                       for k in ("x", "w0", "b0", "token_adapter")) if s)
+    total = sum(limits.elements(inputs.get(k)) for k in ("x", "w0", "b0", "token_adapter"))
     for adapter in _adapters(inputs):
-        total += sum(math.prod(s) for s in (shape_of(v) for v in adapter.values()) if s)
+        total += sum(limits.elements(v) for v in adapter.values())
     return total
 
 
