@@ -1,10 +1,10 @@
-"""Buggy variants of the ``ann`` Triton kernels, each a context manager that swaps one in.
+"""Buggy variants of the ``ann`` Triton kernels, each a patch that swaps one in.
 
 Every mutant is the *correct* kernel source of :mod:`targets.ann.kernels` with one line
 replaced (shown in each docstring), compiled as a real Triton kernel -- natively on a GPU, under
 ``TRITON_INTERPRET=1`` without one -- and installed as ``kernels.dist_kernel`` or
 ``kernels.exp_kernel``, which the launchers look up at call time (the mechanism of
-:mod:`fuzzkit.kernel_mutation`: an anchor line that no longer occurs exactly once raises
+:func:`fuzzkit.mutants.source_edit`: an anchor line that no longer occurs exactly once raises
 ``RuntimeError`` instead of silently testing the clean kernel).
 
 They act on the ``triton`` implementation of the ``ann`` target; ``targets.ann.mutants`` lists
@@ -14,20 +14,18 @@ kernel-level float64 comparison.
 
 from __future__ import annotations
 
-import contextlib
-from typing import Callable, ContextManager, Iterator
+from fuzzkit.mutants import Patch, source_edit
 
-from fuzzkit.kernel_mutation import swapped
-
-
-def _swap(name: str, attribute: str, *replacements: tuple[str, str]) -> ContextManager[None]:
-    from targets.ann import kernels
-
-    return swapped(kernels, attribute, name, *replacements)
+#: The module the mutants edit, imported only when one is applied (it needs Triton).
+_KERNELS = "targets.ann.kernels"
 
 
-@contextlib.contextmanager
-def partial_tile_mask() -> Iterator[None]:
+partial_tile_mask = source_edit(
+    _KERNELS,
+    "        mask_d = offs_d < D\n",
+    "        mask_d = offs_d <= D\n",
+    attribute="dist_kernel",
+).documented(
     """The ``D`` mask of the distance kernel is off by one: ``offs_d <= D``.
 
     Bug class: the K-tail mask of a tiled reduction (the Triton matmul tutorial's
@@ -38,13 +36,15 @@ def partial_tile_mask() -> Iterator[None]:
 
     ``mask_d = offs_d <= D``
     """
-    with _swap("partial-tile-mask", "dist_kernel",
-               ("        mask_d = offs_d < D\n", "        mask_d = offs_d <= D\n")):
-        yield
+)
 
 
-@contextlib.contextmanager
-def dedup_race() -> Iterator[None]:
+dedup_race = source_edit(
+    _KERNELS,
+    "    owner = live & (dup == 0)\n",
+    "    owner = live  # no within-round dedup\n",
+    attribute="exp_kernel",
+).documented(
     """The within-round dedup is dropped: every lane that finds the id unvisited claims it.
 
     Bug class: a check-then-set on the visited set without an atomic (or without the
@@ -56,13 +56,16 @@ def dedup_race() -> Iterator[None]:
 
     ``owner = live  # no within-round dedup``
     """
-    with _swap("dedup-race", "exp_kernel",
-               ("    owner = live & (dup == 0)\n", "    owner = live  # no within-round dedup\n")):
-        yield
+)
 
 
-@contextlib.contextmanager
-def turbo_scale_dropped() -> Iterator[None]:
+_SCALE_LOAD = "        scale = tl.load(scale_ptr + ids, mask=valid, other=0.0)\n"
+turbo_scale_dropped = source_edit(
+    _KERNELS,
+    _SCALE_LOAD,
+    _SCALE_LOAD[:-1] + " * 0.0 + 1.0\n",
+    attribute="dist_kernel",
+).documented(
     """turbo storage: the per-vector scale is not applied to the asymmetric score.
 
     Bug class: a quantized-distance kernel that gathers the codes and centroids but forgets
@@ -73,14 +76,15 @@ def turbo_scale_dropped() -> Iterator[None]:
 
     ``scale = tl.load(...) * 0.0 + 1.0``
     """
-    old = "        scale = tl.load(scale_ptr + ids, mask=valid, other=0.0)\n"
-    with _swap("turbo-scale-dropped", "dist_kernel",
-               (old, old[:-1] + " * 0.0 + 1.0\n")):
-        yield
+)
 
 
-@contextlib.contextmanager
-def chunk_verdict_overwritten() -> Iterator[None]:
+chunk_verdict_overwritten = source_edit(
+    _KERNELS,
+    "        dup = tl.maximum(dup, tl.max(same.to(tl.int32), axis=2))\n",
+    "        dup = tl.max(same.to(tl.int32), axis=2)\n",
+    attribute="exp_kernel",
+).documented(
     """The dedup loop overwrites its per-lane verdict with each chunk's instead of keeping the
     maximum over chunks: only the *last* chunk's earlier positions count.
 
@@ -94,14 +98,16 @@ def chunk_verdict_overwritten() -> Iterator[None]:
 
     ``dup = tl.max(same.to(tl.int32), axis=2)``
     """
-    with _swap("chunk-verdict-overwritten", "exp_kernel",
-               ("        dup = tl.maximum(dup, tl.max(same.to(tl.int32), axis=2))\n",
-                "        dup = tl.max(same.to(tl.int32), axis=2)\n")):
-        yield
+)
 
 
-@contextlib.contextmanager
-def qnorm_local_row() -> Iterator[None]:
+qnorm_local_row = source_edit(
+    _KERNELS,
+    "            qnorm = tl.load(qnorm_ptr + row, mask=valid, other=0.0)\n",
+    "            qnorm = tl.load(qnorm_ptr + lane // BLOCK_M, mask=valid, "
+    "other=0.0)\n",
+    attribute="dist_kernel",
+).documented(
     """turbo l2: ``||q||^2`` is read at the program-local row instead of the global one.
 
     Bug class: a local tile index used where the global one is meant (``offs`` without the
@@ -113,15 +119,11 @@ def qnorm_local_row() -> Iterator[None]:
 
     ``qnorm = tl.load(qnorm_ptr + lane // BLOCK_M, ...)``
     """
-    with _swap("qnorm-local-row", "dist_kernel",
-               ("            qnorm = tl.load(qnorm_ptr + row, mask=valid, other=0.0)\n",
-                "            qnorm = tl.load(qnorm_ptr + lane // BLOCK_M, mask=valid, "
-                "other=0.0)\n")):
-        yield
+)
 
 
-#: name -> (context manager, one-line bug class, citation).
-KERNEL_MUTANTS: dict[str, tuple[Callable[[], ContextManager[None]], str, str]] = {
+#: name -> (patch, one-line bug class, citation).
+KERNEL_MUTANTS: dict[str, tuple[Patch, str, str]] = {
     "partial-tile-mask": (
         partial_tile_mask,
         "Triton mask error on the last partial D tile of the distance kernel (<= for <)",
@@ -151,5 +153,3 @@ KERNEL_MUTANTS: dict[str, tuple[Callable[[], ContextManager[None]], str, str]] =
         "arange); vLLM/SGLang attention kernels' per-row scale / LSE loads indexed by the "
         "in-block row"),
 }
-
-__all__ = ["KERNEL_MUTANTS"] + [cm.__name__ for cm, _, _ in KERNEL_MUTANTS.values()]

@@ -1,4 +1,4 @@
-"""Realistic bugs in OctEx-style indexes, each a context manager patching the NumPy index.
+"""Realistic bugs in OctEx-style indexes, each a patch of the NumPy index.
 
 Each mutant replaces one module-level step of :mod:`targets.ann.index` (the reference, which
 reads :mod:`targets.ann.model` directly, is untouched).  ``tests/test_ann_mutants.py`` shows each
@@ -14,12 +14,11 @@ full at build (``tests/test_ann_mutants.py`` shows each absent below its edge).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Optional
-from unittest import mock
+from typing import Any, Optional
 
 import numpy as np
 
-from fuzzkit.kernel_mutation import device_mutants
+from fuzzkit.mutants import device_mutants, patch
 from fuzzkit.target import Mutant
 from targets.ann import index, model, reference
 from targets.ann.model import Params
@@ -150,85 +149,81 @@ _NO_RESULT = index.Result(np.zeros((0, 1), np.int64), np.zeros((0, 1), np.float3
                           np.zeros(0, np.int64))
 
 
-def _patch(name: str, replacement: Callable[..., Any]) -> Callable[[], Any]:
-    return lambda: mock.patch.object(index, name, replacement)
-
-
 MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "floor-truncation", "numpy",
         "off-by-one cell at negative coordinates: int() truncation instead of floor",
         "E2LSH / grid-hashing code (Datar et al. 2004, h(v) = floor((a.v + b) / w)): C casts "
         "and Python int() truncate toward zero, merging cells -1 and 0",
-        _patch("cell_coords", _truncating_coords),
+        patch(index, cell_coords=_truncating_coords),
     ),
     Mutant(
         "centre-without-offset", "numpy",
         "cell centre computed without the random offset u",
         "shifted-grid LSH: the centre of cell c is (c + 1/2 - u) w once the grid is shifted "
         "by u; forgetting the shift ranks cell members by distance to the wrong point",
-        _patch("cell_centre", _centre_without_offset),
+        patch(index, cell_centre=_centre_without_offset),
     ),
     Mutant(
         "centre-without-half", "numpy",
         "cell centre at the cell's corner: the +1/2 missing",
         "off-by-half-cell errors in grid quantizers (corner vs centre of a cell)",
-        _patch("cell_centre", _centre_without_half),
+        patch(index, cell_centre=_centre_without_half),
     ),
     Mutant(
         "seed-reused", "numpy",
         "projection seed reused across tables: L identical tables",
         "multi-table LSH (FALCONN, E2LSH): seeding every table's RNG with the same seed "
         "silently turns L tables into one, and recall stops growing with L",
-        _patch("tables", _tables_one_seed),
+        patch(index, tables=_tables_one_seed),
     ),
     Mutant(
         "frontier-returned", "numpy",
         "the final beam returned instead of the best ever visited",
         "beam / greedy graph search (HNSW search_layer, DiskANN, CAGRA) must return the best "
         "candidates seen, not the last frontier",
-        _patch("result_pool", _last_beam),
+        patch(index, result_pool=_last_beam),
     ),
     Mutant(
         "visited-not-updated", "numpy",
         "visited set not updated after an expansion",
         "graph-search visited-list bugs (hnswlib VisitedList reset/marking): nodes re-expanded "
         "and returned twice",
-        _patch("expand", _expand_without_marking),
+        patch(index, expand=_expand_without_marking),
     ),
     Mutant(
         "ip-sign-flipped", "numpy",
         "inner product used as a distance without negation",
         "similarity/distance convention mix-ups (FAISS METRIC_INNER_PRODUCT vs L2 ordering; "
         "max-heap vs min-heap): maximum inner product search returns the least similar",
-        _patch("query_distance", _ip_unnegated),
+        patch(index, query_distance=_ip_unnegated),
     ),
     Mutant(
         "stale-neighbours-after-insert", "numpy",
         "stale neighbour list after an insert: existing rows not updated",
         "incremental graph indexes (hnswlib addPoint, DiskANN inserts) must add back-links and "
         "prune existing neighbour lists; skipping it leaves old rows stale",
-        _patch("merge_rows", _stale_rows),
+        patch(index, merge_rows=_stale_rows),
     ),
     Mutant(
         "probe-wrong-direction", "numpy",
         "multi-probe towards the far face: costs f and 1 - f swapped",
         "multi-probe LSH (Lv et al., VLDB 2007): the perturbation cost is the distance to the "
         "face moved across; swapping it probes the least likely neighbours first",
-        _patch("probe_order", _probe_mirrored),
+        patch(index, probe_order=_probe_mirrored),
     ),
     Mutant(
         "cell-cap-by-arrival", "numpy",
         "capped cell keeps its first C members by id, not the C nearest its centre",
         "bucket-capacity eviction in LSH tables (FIFO/first-come instead of by distance)",
-        _patch("centre_key", _cell_rank_by_id),
+        patch(index, centre_key=_cell_rank_by_id),
     ),
     Mutant(
         "rerank-with-estimates", "numpy",
         "rerank uses the quantized estimates instead of exact distances",
         "quantized search with refinement (FAISS IndexRefine, Qdrant rescore with "
         "original vectors): a rescore that reads the quantized store changes nothing",
-        _patch("exact_distances", _rerank_by_estimate),
+        patch(index, exact_distances=_rerank_by_estimate),
     ),
     # -- bugs that live only past an edge the old strategy never reached ----------------------
     Mutant(
@@ -238,7 +233,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "blocked all-pairs distance / kNN-graph builds (FAISS knn with self-exclusion, cuML / "
         "RAFT brute-force kNN-graph 'remove self' on a tiled distance matrix): the diagonal of "
         "block b sits at column b * BLOCK + i, not i",
-        _patch("knn_graph", _knn_graph_block_offset),
+        patch(index, knn_graph=_knn_graph_block_offset),
     ),
     Mutant(
         "fast-floor", "numpy",
@@ -247,7 +242,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "fastfloor(x) = x > 0 ? (int)x : (int)x - 1 in grid hashing / noise code (Perlin, "
         "simplex, E2LSH ports) is wrong at negative integers; only a projection landing "
         "exactly on a grid line shows it",
-        _patch("cell_coords", _fast_floor_coords),
+        patch(index, cell_coords=_fast_floor_coords),
     ),
     Mutant(
         "norm-epsilon", "numpy",
@@ -256,7 +251,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "epsilon guards that swallow small values (LayerNorm rsqrt(var + eps), F.normalize "
         "eps=1e-12; RaBitQ / TurboQuant-style stored norms): invisible unless a norm is "
         "below ~1e-6",
-        _patch("encode", _encode_norm_eps),
+        patch(index, encode=_encode_norm_eps),
     ),
     Mutant(
         "full-cell-insert", "numpy",
@@ -265,7 +260,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "bounded-bucket inserts (LSH buckets, IVF list caps, hnswlib/DiskANN pruning on "
         "insert): a capacity check before the insert keeps first-come members; needs a cell "
         "full at build and a nearer newcomer -- an insert sequence",
-        _patch("insert", _insert_skipping_full_cells),
+        patch(index, insert=_insert_skipping_full_cells),
     ),
 )
 

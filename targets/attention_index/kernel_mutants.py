@@ -1,11 +1,10 @@
-"""Buggy variants of the ``attention_index`` Triton kernels, each a context manager that swaps
-one in.
+"""Buggy variants of the ``attention_index`` Triton kernels, each a patch that swaps one in.
 
 Every mutant is the *correct* kernel source of :mod:`targets.attention_index.kernels` with one
 line replaced (shown in each docstring), compiled as a real Triton kernel -- natively on a GPU,
 under ``TRITON_INTERPRET=1`` without one -- and installed as ``kernels.rep_kernel``,
 ``kernels.member_kernel`` or ``kernels.select_kernel``, which the launchers look up at call time
-(:mod:`fuzzkit.kernel_mutation`: an anchor line that no longer occurs exactly once raises
+(:func:`fuzzkit.mutants.source_edit`: an anchor line that no longer occurs exactly once raises
 ``RuntimeError`` instead of silently testing the clean kernel).
 
 They act on the ``triton`` implementation of the ``attention_index`` target;
@@ -16,20 +15,18 @@ comparison.
 
 from __future__ import annotations
 
-import contextlib
-from typing import Callable, ContextManager, Iterator
+from fuzzkit.mutants import Patch, source_edit
 
-from fuzzkit.kernel_mutation import swapped
-
-
-def _swap(name: str, attribute: str, *replacements: tuple[str, str]) -> ContextManager[None]:
-    from targets.attention_index import kernels
-
-    return swapped(kernels, attribute, name, *replacements)
+#: The module the mutants edit, imported only when one is applied (it needs Triton).
+_KERNELS = "targets.attention_index.kernels"
 
 
-@contextlib.contextmanager
-def stale_member_list() -> Iterator[None]:
+stale_member_list = source_edit(
+    _KERNELS,
+    "    ids = tl.load(cand_ptr + row * stride_c + col, mask=in_tile, other=-1)\n",
+    "    ids = tl.load(cand_ptr + col, mask=in_tile, other=-1)\n",
+    attribute="member_kernel",
+).documented(
     """The member gather ignores the per-row offset of the candidate list: every query row of
     a tile reads row 0's member list (``cand_ptr + col``).
 
@@ -43,14 +40,15 @@ def stale_member_list() -> Iterator[None]:
 
     ``ids = tl.load(cand_ptr + col, mask=in_tile, other=-1)``
     """
-    with _swap("stale-member-list", "member_kernel",
-               ("    ids = tl.load(cand_ptr + row * stride_c + col, mask=in_tile, other=-1)\n",
-                "    ids = tl.load(cand_ptr + col, mask=in_tile, other=-1)\n")):
-        yield
+)
 
 
-@contextlib.contextmanager
-def topk_tie_break() -> Iterator[None]:
+topk_tie_break = source_edit(
+    _KERNELS,
+    "        best_id = tl.min(tl.where(tie, ids, BIG_ID), axis=1)\n",
+    "        best_id = tl.max(tl.where(tie, ids, -1), axis=1)\n",
+    attribute="select_kernel",
+).documented(
     """Top-k breaks score ties by the *largest* id instead of the smallest.
 
     Bug class: a selection kernel whose tie-break disagrees with the reference order
@@ -60,14 +58,15 @@ def topk_tie_break() -> Iterator[None]:
 
     ``best_id = tl.max(tl.where(tie, ids, -1), axis=1)``
     """
-    with _swap("topk-tie-break", "select_kernel",
-               ("        best_id = tl.min(tl.where(tie, ids, BIG_ID), axis=1)\n",
-                "        best_id = tl.max(tl.where(tie, ids, -1), axis=1)\n")):
-        yield
+)
 
 
-@contextlib.contextmanager
-def partial_tile_mask() -> Iterator[None]:
+partial_tile_mask = source_edit(
+    _KERNELS,
+    "            in_d = offs_d < D\n",
+    "            in_d = offs_d <= D\n",
+    attribute="member_kernel",
+).documented(
     """The ``d`` mask of the member scoring kernel is off by one: ``offs_d <= D``.
 
     Bug class: the K-tail mask of a tiled reduction written with ``<=``.  Only the last
@@ -77,13 +76,17 @@ def partial_tile_mask() -> Iterator[None]:
 
     ``in_d = offs_d <= D``
     """
-    with _swap("partial-tile-mask", "member_kernel",
-               ("            in_d = offs_d < D\n", "            in_d = offs_d <= D\n")):
-        yield
+)
 
 
-@contextlib.contextmanager
-def member_dot_overwritten() -> Iterator[None]:
+member_dot_overwritten = source_edit(
+    _KERNELS,
+    "            x = tl.load(k_row[:, None] + offs_d[None, :], mask=tile, other=0.0)\n"
+    "            dot += tl.sum(qv * x, axis=1)\n",
+    "            x = tl.load(k_row[:, None] + offs_d[None, :], mask=tile, other=0.0)\n"
+    "            dot = tl.sum(qv * x, axis=1)\n",
+    attribute="member_kernel",
+).documented(
     """The member scoring kernel *assigns* each ``d`` step's partial dot product instead of
     adding it: only the last ``BLOCK_D`` step counts.
 
@@ -94,16 +97,18 @@ def member_dot_overwritten() -> Iterator[None]:
 
     ``dot = tl.sum(qv * x, axis=1)`` (member kernel only)
     """
-    with _swap("member-dot-overwritten", "member_kernel",
-               ("            x = tl.load(k_row[:, None] + offs_d[None, :], mask=tile, other=0.0)\n"
-                "            dot += tl.sum(qv * x, axis=1)\n",
-                "            x = tl.load(k_row[:, None] + offs_d[None, :], mask=tile, other=0.0)\n"
-                "            dot = tl.sum(qv * x, axis=1)\n")):
-        yield
+)
 
 
-@contextlib.contextmanager
-def member_weight_local_row() -> Iterator[None]:
+_WEIGHT_LOAD = ("        wv = tl.load(w_ptr + row * stride_wt + h, mask=live, other=0.0)\n"
+                "        acc += wv * tl.maximum(dot, 0.0)\n"
+                "    score = tl.where(live, acc * scale, float(\"-inf\"))\n")
+member_weight_local_row = source_edit(
+    _KERNELS,
+    _WEIGHT_LOAD,
+    _WEIGHT_LOAD.replace("w_ptr + row * stride_wt", "w_ptr + (lane // BLOCK_M) * stride_wt"),
+    attribute="member_kernel",
+).documented(
     """The member scoring kernel loads the head weight ``w[t, h]`` with the tile-*local* row
     (``lane // BLOCK_M``) instead of the global one: every row program reads the first
     ``BLOCK_T`` rows' weights.
@@ -115,17 +120,16 @@ def member_weight_local_row() -> Iterator[None]:
 
     ``wv = tl.load(w_ptr + (lane // BLOCK_M) * stride_wt + h, mask=live, other=0.0)``
     """
-    anchor = ("        wv = tl.load(w_ptr + row * stride_wt + h, mask=live, other=0.0)\n"
-              "        acc += wv * tl.maximum(dot, 0.0)\n"
-              "    score = tl.where(live, acc * scale, float(\"-inf\"))\n")
-    with _swap("member-weight-local-row", "member_kernel",
-               (anchor, anchor.replace("w_ptr + row * stride_wt", "w_ptr + (lane // BLOCK_M) * "
-                                       "stride_wt"))):
-        yield
+)
 
 
-@contextlib.contextmanager
-def member_gather_first_tile() -> Iterator[None]:
+member_gather_first_tile = source_edit(
+    _KERNELS,
+    "    ids = tl.load(cand_ptr + row * stride_c + col, mask=in_tile, other=-1)\n",
+    "    ids = tl.load(cand_ptr + row * stride_c + lane % BLOCK_M, mask=in_tile, "
+    "other=-1)\n",
+    attribute="member_kernel",
+).documented(
     """The member scoring kernel gathers candidate ids with the tile-*local* column
     (``lane % BLOCK_M``): every column program scores the row's first ``BLOCK_M`` candidates
     and stores those scores in its own columns, next to other keys' ids.
@@ -136,15 +140,11 @@ def member_gather_first_tile() -> Iterator[None]:
 
     ``ids = tl.load(cand_ptr + row * stride_c + lane % BLOCK_M, mask=in_tile, other=-1)``
     """
-    with _swap("member-gather-first-tile", "member_kernel",
-               ("    ids = tl.load(cand_ptr + row * stride_c + col, mask=in_tile, other=-1)\n",
-                "    ids = tl.load(cand_ptr + row * stride_c + lane % BLOCK_M, mask=in_tile, "
-                "other=-1)\n")):
-        yield
+)
 
 
-#: name -> (context manager, one-line bug class, citation).
-KERNEL_MUTANTS: dict[str, tuple[Callable[[], ContextManager[None]], str, str]] = {
+#: name -> (patch, one-line bug class, citation).
+KERNEL_MUTANTS: dict[str, tuple[Patch, str, str]] = {
     "stale-member-list": (
         stale_member_list,
         "Triton gather using a stale member list: every row gathers row 0's candidate ids",
@@ -180,5 +180,3 @@ KERNEL_MUTANTS: dict[str, tuple[Callable[[], ContextManager[None]], str, str]] =
         "per-token activation scales in vLLM / SGLang fp8 GEMM and indexer kernels); the "
         "DeepSeek-V3.2 indexer's per-token head weights"),
 }
-
-__all__ = ["KERNEL_MUTANTS"] + [cm.__name__ for cm, _, _ in KERNEL_MUTANTS.values()]

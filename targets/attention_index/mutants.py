@@ -1,4 +1,4 @@
-"""Realistic bugs in sparse-attention indexers, each a context manager patching the NumPy index.
+"""Realistic bugs in sparse-attention indexers, each a patch of the NumPy index.
 
 Each mutant replaces one module-level step of :mod:`targets.attention_index.index` (the reference
 is untouched).  ``tests/test_attention_index_mutants.py`` shows each one caught on a fixed case;
@@ -9,11 +9,10 @@ live in :mod:`targets.attention_index.kernel_mutants` (wired in below when prese
 from __future__ import annotations
 
 from typing import Any, Callable
-from unittest import mock
 
 import numpy as np
 
-from fuzzkit.kernel_mutation import device_mutants
+from fuzzkit.mutants import device_mutants, patch
 from fuzzkit.target import Mutant
 from targets.attention_index import index, model
 
@@ -136,7 +135,7 @@ def _zero_empty_groups(sums: np.ndarray, counts: np.ndarray, old: np.ndarray) ->
 def _build_empty_zeroed(keys: np.ndarray, p: Any) -> tuple[np.ndarray, np.ndarray]:
     """Chunked k-means whose empty groups get a zero centroid (sum / max(count, 1)) instead of
     keeping their previous one."""
-    with mock.patch.object(model, "centroids_of", _zero_empty_groups):
+    with patch(model, centroids_of=_zero_empty_groups)():
         return model.chunked_kmeans(keys, p, index.absorb)
 
 
@@ -149,75 +148,67 @@ def _padded_block_means(keys: np.ndarray, block: int) -> np.ndarray:
     return padded.reshape(nb, block, d).mean(axis=1)
 
 
-def _patch(name: str, replacement: Callable[..., Any]) -> Callable[[], Any]:
-    return lambda: mock.patch.object(index, name, replacement)
-
-
-def _patch_many(**replacements: Callable[..., Any]) -> Callable[[], Any]:
-    return lambda: mock.patch.multiple(index, **replacements)
-
-
 MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "causal-group-level-only", "numpy",
         "causal mask applied at group level only: future members of a probed group scored",
         "block/cluster sparse attention (NSA, MoBA, Quest) must mask keys inside a selected "
         "block that lie after the query; masking only whole blocks leaks future keys",
-        _patch("candidate_mask", _group_level_causal),
+        patch(index, candidate_mask=_group_level_causal),
     ),
     Mutant(
         "relu-dropped", "numpy",
         "ReLU dropped from the lightning indexer score",
         "DeepSeek-V3.2 lightning indexer I = sum_h w ReLU(q.k): negative head terms must not "
         "subtract; kernels fusing the weighted sum sometimes lose the activation",
-        _patch("relu", _no_relu),
+        patch(index, relu=_no_relu),
     ),
     Mutant(
         "head-weights-ignored", "numpy",
         "head weights w[t,h] not applied (plain sum over heads)",
         "DeepSeek-V3.2 indexer head weights (weights_proj): forgetting the per-token weights",
-        _patch_many(score_representatives=_reps_unweighted, score_members=_members_unweighted),
+        patch(index, score_representatives=_reps_unweighted, score_members=_members_unweighted),
     ),
     Mutant(
         "centroid-not-updated", "numpy",
         "centroid not updated when chunked prefill keys join a group",
         "online / streaming k-means (mini-batch k-means, RetrievalAttention / ClusterKV "
         "incremental clustering): new members must move the running mean",
-        _patch("absorb", _absorb_frozen),
+        patch(index, absorb=_absorb_frozen),
     ),
     Mutant(
         "key-in-two-groups", "numpy",
         "a key listed in two groups' member lists",
         "cluster-based KV retrieval (ClusterKV, RetroInfer): a non-exclusive assignment makes "
         "keys scored twice and groups overlap",
-        _patch("owner_lists", _two_owners),
+        patch(index, owner_lists=_two_owners),
     ),
     Mutant(
         "topk-off-by-one", "numpy",
         "top-k returns k - 1 entries (exclusive bound)",
         "top-k kernels (torch.topk wrappers, radix select) with an off-by-one slice",
-        _patch("select_topk", _topk_short),
+        patch(index, select_topk=_topk_short),
     ),
     Mutant(
         "sink-dropped", "numpy",
         "attention-sink tokens not forced into the candidate set",
         "StreamingLLM (Xiao et al. 2023) attention sinks: sparse selectors must always keep the "
         "first tokens",
-        _patch("forced_mask", _no_sink),
+        patch(index, forced_mask=_no_sink),
     ),
     Mutant(
         "block-rep-first-key", "numpy",
         "HiSA block represented by its first key, not the mean of its keys",
         "block-sparse retrieval (Quest min/max, HiSA / NSA compressed blocks): a representative "
         "that summarises only part of the block misranks blocks",
-        _patch("block_means", _first_key_reps),
+        patch(index, block_means=_first_key_reps),
     ),
     Mutant(
         "local-window-off-by-one", "numpy",
         "local window shifted by one: the query's own position not forced",
         "sliding-window / local attention masks (StreamingLLM, Longformer) off by one at the "
         "diagonal",
-        _patch("forced_mask", _local_off_by_one),
+        patch(index, forced_mask=_local_off_by_one),
     ),
     Mutant(
         "group-mask-finite", "numpy",
@@ -225,7 +216,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "legitimate group scoring below -1e30 loses its probe (huge scores, negative weights)",
         "attention masks with a finite 'very negative' constant (-1e9 / -1e30 / finfo.min "
         "additive masks in HF transformers and vLLM) that real scores can undercut",
-        _patch("select_groups", _select_groups_finite_mask),
+        patch(index, select_groups=_select_groups_finite_mask),
     ),
     Mutant(
         "scores-flush-subnormal", "numpy",
@@ -233,7 +224,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "and products of tiny values become zero",
         "fast-math / flush-to-zero builds of scoring kernels (CUDA --use_fast_math, "
         "torch.set_flush_denormal, Triton's ftz libdevice) silently losing subnormal values",
-        _patch_many(score_members=_members_ftz),
+        patch(index, score_members=_members_ftz),
     ),
     Mutant(
         "absorb-batched", "numpy",
@@ -241,7 +232,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "one by one against running means (shows from the second absorbed key)",
         "streaming / incremental k-means for KV clustering (ClusterKV, RetroInfer, mini-batch "
         "k-means): batching a sequential update changes which centroid a later key joins",
-        _patch("build_groups", _build_batched_absorb),
+        patch(index, build_groups=_build_batched_absorb),
     ),
     Mutant(
         "empty-group-zeroed", "numpy",
@@ -249,7 +240,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "its previous one (needs tied keys or tied initial centroids)",
         "empty clusters in Lloyd's k-means (FAISS re-seeds them; naive sum / count code "
         "produces zero or NaN centroids that then attract keys near the origin)",
-        _patch("build_groups", _build_empty_zeroed),
+        patch(index, build_groups=_build_empty_zeroed),
     ),
     Mutant(
         "block-mean-padded", "numpy",
@@ -257,7 +248,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "divided by the block size, not its key count (S % block != 0)",
         "block summaries over padded KV pages (Quest / NSA / HiSA block representatives, paged "
         "KV with a partially filled last page)",
-        _patch("block_means", _padded_block_means),
+        patch(index, block_means=_padded_block_means),
     ),
 )
 

@@ -1,4 +1,4 @@
-"""Buggy variants of the paged KV Triton kernels, each a context manager that swaps one in.
+"""Buggy variants of the paged KV Triton kernels, each a patch that swaps one in.
 
 Every mutant is the *correct* kernel source of :mod:`targets.paged_kv.kernels` with one or two
 lines replaced (shown in each docstring), compiled as a real Triton kernel -- natively on a GPU,
@@ -17,23 +17,22 @@ device records).
 
 from __future__ import annotations
 
-import contextlib
-from typing import Callable, ContextManager, Iterator
+from fuzzkit.mutants import Patch, source_edit
 
-from fuzzkit.kernel_mutation import swapped
-
-
-def _swap(name: str, attribute: str, *replacements: tuple[str, str]) -> ContextManager[None]:
-    from targets.paged_kv import kernels
-
-    return swapped(kernels, attribute, name, *replacements)
+#: The module the mutants edit, imported only when one is applied (it needs Triton).
+_KERNELS = "targets.paged_kv.kernels"
 
 
 # ============================================================================ write kernel
 
 
-@contextlib.contextmanager
-def slot_off_by_one() -> Iterator[None]:
+_SLOT_LOAD = "slot = tl.load(slot_mapping_ptr + offs_t, mask=t_ok, other=-1).to(tl.int64)\n"
+slot_off_by_one = source_edit(
+    _KERNELS,
+    _SLOT_LOAD,
+    _SLOT_LOAD[:-1] + " + 1\n",
+    attribute="write_kernel",
+).documented(
     """Slot mapping off by one in reshape-and-cache: every token goes to ``slot + 1``.
 
     Bug class: the slot of a token is ``block_table[pos // b] * b + pos % b`` (vLLM
@@ -45,13 +44,15 @@ def slot_off_by_one() -> Iterator[None]:
 
     ``slot = tl.load(slot_mapping_ptr + offs_t, ...).to(tl.int64) + 1``
     """
-    old = "slot = tl.load(slot_mapping_ptr + offs_t, mask=t_ok, other=-1).to(tl.int64)\n"
-    with _swap("slot-off-by-one", "write_kernel", (old, old[:-1] + " + 1\n")):
-        yield
+)
 
 
-@contextlib.contextmanager
-def offset_from_batch_index() -> Iterator[None]:
+offset_from_batch_index = source_edit(
+    _KERNELS,
+    "    offset = slot % block_size\n",
+    "    offset = offs_t % block_size\n",
+    attribute="write_kernel",
+).documented(
     """In-block offset taken from the token's index in the batch instead of its slot.
 
     Bug class: a reshape-and-cache kernel that derives the offset inside the block from the
@@ -61,16 +62,18 @@ def offset_from_batch_index() -> Iterator[None]:
 
     ``offset = offs_t % block_size``
     """
-    with _swap("offset-from-batch-index", "write_kernel",
-               ("    offset = slot % block_size\n", "    offset = offs_t % block_size\n")):
-        yield
+)
 
 
 # ============================================================================ attention kernel
 
 
-@contextlib.contextmanager
-def table_ignored() -> Iterator[None]:
+table_ignored = source_edit(
+    _KERNELS,
+    "physical = tl.load(table_row + logical, mask=k_ok, other=0)\n",
+    "physical = logical\n",
+    attribute="attention_kernel",
+).documented(
     """Physical block = logical block index: the block table is never read.
 
     Bug class: an attention kernel written for a contiguous KV layout (FlashAttention varlen
@@ -80,14 +83,15 @@ def table_ignored() -> Iterator[None]:
 
     ``physical = logical``
     """
-    with _swap("table-ignored", "attention_kernel",
-               ("physical = tl.load(table_row + logical, mask=k_ok, other=0)\n",
-                "physical = logical\n")):
-        yield
+)
 
 
-@contextlib.contextmanager
-def no_causal_mask() -> Iterator[None]:
+no_causal_mask = source_edit(
+    _KERNELS,
+    "valid = valid & (offs_n[None, :] <= q_pos[:, None])  # causal\n",
+    "valid = valid  # causal mask dropped\n",
+    attribute="attention_kernel",
+).documented(
     """The causal mask is missing: every query of a chunk sees the whole chunk.
 
     Bug class: a decode kernel (one query, the newest token, so "every key up to ``seq_len``"
@@ -98,31 +102,34 @@ def no_causal_mask() -> Iterator[None]:
 
     ``valid = valid  # causal mask dropped``
     """
-    with _swap("no-causal-mask", "attention_kernel",
-               ("valid = valid & (offs_n[None, :] <= q_pos[:, None])  # causal\n",
-                "valid = valid  # causal mask dropped\n")):
-        yield
+)
 
 
-@contextlib.contextmanager
-def reads_past_seq_len() -> Iterator[None]:
+reads_past_seq_len = source_edit(
+    _KERNELS,
+    "seq_len = tl.load(seq_lens_ptr + r)\n",
+    "seq_len = max_blocks * block_size\n",
+    attribute="attention_kernel",
+).documented(
     """Reads past the sequence length: the key count comes from the block-table width.
 
     Bug class: vLLM's paged attention masks ``token_idx >= seq_len``; a kernel that takes the
     number of keys from ``max_num_blocks_per_seq * block_size`` (the padded table width, e.g.
     under CUDA-graph padding) instead of ``seq_lens`` attends the unwritten tail of the last
-    block and the null-block padding of the row (COMPONENTS.md §1: zero-filled / stale table
+    block and the null-block padding of the row (docs/COMPONENTS.md §1: zero-filled / stale table
     rows, vLLM #7018).  KVGuard sees ``READ_UNWRITTEN`` / ``READ_NOT_READABLE``.
 
     ``seq_len = max_blocks * block_size``
     """
-    with _swap("reads-past-seq-len", "attention_kernel",
-               ("seq_len = tl.load(seq_lens_ptr + r)\n", "seq_len = max_blocks * block_size\n")):
-        yield
+)
 
 
-@contextlib.contextmanager
-def gqa_wrong_kv_head() -> Iterator[None]:
+gqa_wrong_kv_head = source_edit(
+    _KERNELS,
+    "head = kv_head * group + in_group  # query head of each row\n",
+    "head = in_group * tl.num_programs(2) + kv_head\n",
+    attribute="attention_kernel",
+).documented(
     """GQA head mapping: query head ``h`` uses kv head ``h % H_kv`` instead of ``h // G``.
 
     Bug class: grouped-query attention maps ``G = H / H_kv`` *consecutive* query heads to one
@@ -132,14 +139,15 @@ def gqa_wrong_kv_head() -> Iterator[None]:
 
     ``head = in_group * tl.num_programs(2) + kv_head``
     """
-    with _swap("gqa-wrong-kv-head", "attention_kernel",
-               ("head = kv_head * group + in_group  # query head of each row\n",
-                "head = in_group * tl.num_programs(2) + kv_head\n")):
-        yield
+)
 
 
-@contextlib.contextmanager
-def previous_block_at_edge() -> Iterator[None]:
+previous_block_at_edge = source_edit(
+    _KERNELS,
+    "logical = offs_n // block_size\n",
+    "logical = (offs_n - 1) // block_size\n",
+    attribute="attention_kernel",
+).documented(
     """Off-by-one in ``k // b``: the first key of each block is read from the previous block.
 
     Bug class: page-index arithmetic off by one (``(k - 1) // b`` where ``k // b`` is meant --
@@ -149,13 +157,15 @@ def previous_block_at_edge() -> Iterator[None]:
 
     ``logical = (offs_n - 1) // block_size``
     """
-    with _swap("previous-block-at-edge", "attention_kernel",
-               ("logical = offs_n // block_size\n", "logical = (offs_n - 1) // block_size\n")):
-        yield
+)
 
 
-@contextlib.contextmanager
-def softmax_max_not_updated() -> Iterator[None]:
+softmax_max_not_updated = source_edit(
+    _KERNELS,
+    "        m_i = m_new\n",
+    "        m_i = m_i  # running max never updated\n",
+    attribute="attention_kernel",
+).documented(
     """Online softmax: the running max is never updated across key blocks.
 
     Bug class: FlashAttention-2 Algorithm 1 / the Triton fused-attention tutorial keep a
@@ -166,13 +176,15 @@ def softmax_max_not_updated() -> Iterator[None]:
 
     ``m_i = m_i  # running max never updated``
     """
-    with _swap("softmax-max-not-updated", "attention_kernel",
-               ("        m_i = m_new\n", "        m_i = m_i  # running max never updated\n")):
-        yield
+)
 
 
-@contextlib.contextmanager
-def window_off_by_one() -> Iterator[None]:
+window_off_by_one = source_edit(
+    _KERNELS,
+    "first_key = q_pos - window + 1  # oldest key in each query's window\n",
+    "first_key = q_pos - window\n",
+    attribute="attention_kernel",
+).documented(
     """Sliding window one key too wide: ``t - w .. t`` instead of ``t - w + 1 .. t``.
 
     Bug class: a window of ``w`` tokens including the query itself is FlashAttention's
@@ -182,14 +194,15 @@ def window_off_by_one() -> Iterator[None]:
 
     ``first_key = q_pos - window``
     """
-    with _swap("window-off-by-one", "attention_kernel",
-               ("first_key = q_pos - window + 1  # oldest key in each query's window\n",
-                "first_key = q_pos - window\n")):
-        yield
+)
 
 
-@contextlib.contextmanager
-def wrong_output_row() -> Iterator[None]:
+wrong_output_row = source_edit(
+    _KERNELS,
+    "out_row = q_start + q_idx\n",
+    "out_row = r + q_idx\n",
+    attribute="attention_kernel",
+).documented(
     """Output written to the wrong query row in chunked prefill.
 
     Bug class: in a mixed batch request ``r``'s queries start at row ``query_start_loc[r]``
@@ -200,13 +213,15 @@ def wrong_output_row() -> Iterator[None]:
 
     ``out_row = r + q_idx``
     """
-    with _swap("wrong-output-row", "attention_kernel",
-               ("out_row = q_start + q_idx\n", "out_row = r + q_idx\n")):
-        yield
+)
 
 
-@contextlib.contextmanager
-def write_tile_offset_dropped() -> Iterator[None]:
+write_tile_offset_dropped = source_edit(
+    _KERNELS,
+    "    t64 = offs_t.to(tl.int64)\n",
+    "    t64 = tl.arange(0, BLOCK_T).to(tl.int64)\n",
+    attribute="write_kernel",
+).documented(
     """The K/V source rows of a write program ignore its token tile: every program copies the
     rows of the *first* ``BLOCK_T`` tokens into its own tokens' slots.
 
@@ -218,13 +233,15 @@ def write_tile_offset_dropped() -> Iterator[None]:
 
     ``t64 = tl.arange(0, BLOCK_T).to(tl.int64)``
     """
-    with _swap("write-tile-offset-dropped", "write_kernel",
-               ("    t64 = offs_t.to(tl.int64)\n", "    t64 = tl.arange(0, BLOCK_T).to(tl.int64)\n")):
-        yield
+)
 
 
-@contextlib.contextmanager
-def query_tile_position_dropped() -> Iterator[None]:
+query_tile_position_dropped = source_edit(
+    _KERNELS,
+    "q_pos = context_len + q_idx  # token position of each row's query\n",
+    "q_pos = context_len + offs_m // G_PAD\n",
+    attribute="attention_kernel",
+).documented(
     """Query positions computed without the query tile: the rows of the second and later
     query tiles get the first tile's positions.
 
@@ -236,14 +253,15 @@ def query_tile_position_dropped() -> Iterator[None]:
 
     ``q_pos = context_len + offs_m // G_PAD``
     """
-    with _swap("query-tile-position-dropped", "attention_kernel",
-               ("q_pos = context_len + q_idx  # token position of each row's query\n",
-                "q_pos = context_len + offs_m // G_PAD\n")):
-        yield
+)
 
 
-@contextlib.contextmanager
-def running_max_zero_init() -> Iterator[None]:
+running_max_zero_init = source_edit(
+    _KERNELS,
+    '    m_i = tl.full((BLOCK_M,), float("-inf"), ACC)\n',
+    "    m_i = tl.zeros((BLOCK_M,), ACC)\n",
+    attribute="attention_kernel",
+).documented(
     """Online softmax with the running max started at 0 instead of ``-inf``.
 
     Bug class: FlashAttention-style kernels keep ``m_i``, the row max so far; starting it at 0
@@ -254,14 +272,11 @@ def running_max_zero_init() -> Iterator[None]:
 
     ``m_i = tl.zeros((BLOCK_M,), ACC)``
     """
-    with _swap("running-max-zero-init", "attention_kernel",
-               ('    m_i = tl.full((BLOCK_M,), float("-inf"), ACC)\n',
-                "    m_i = tl.zeros((BLOCK_M,), ACC)\n")):
-        yield
+)
 
 
-#: name -> (context manager, one-line bug class, citation).
-KERNEL_MUTANTS: dict[str, tuple[Callable[[], ContextManager[None]], str, str]] = {
+#: name -> (patch, one-line bug class, citation).
+KERNEL_MUTANTS: dict[str, tuple[Patch, str, str]] = {
     "offset-from-batch-index": (
         offset_from_batch_index,
         "in-block offset from the token's batch index instead of its slot",
@@ -286,7 +301,7 @@ KERNEL_MUTANTS: dict[str, tuple[Callable[[], ContextManager[None]], str, str]] =
         reads_past_seq_len,
         "key count from the block-table width: reads past seq_len",
         "vLLM paged_attention token_idx < seq_len mask; zero-filled/stale table rows "
-        "(COMPONENTS.md §1, vLLM #7018)"),
+        "(docs/COMPONENTS.md §1, vLLM #7018)"),
     "gqa-wrong-kv-head": (
         gqa_wrong_kv_head,
         "GQA kv head h % H_kv instead of h // (H / H_kv)",
@@ -327,5 +342,3 @@ KERNEL_MUTANTS: dict[str, tuple[Callable[[], ContextManager[None]], str, str]] =
         "output stored at the decode-layout row in a mixed batch",
         "vLLM prefix_prefill cur_batch_in_all_start_index (query_start_loc) indexing"),
 }
-
-__all__ = ["KERNEL_MUTANTS"] + [cm.__name__ for cm, _, _ in KERNEL_MUTANTS.values()]

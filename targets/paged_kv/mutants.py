@@ -1,7 +1,7 @@
 """Real-bug mutants of the vLLM-style optimized KV cache manager.
 
 Each mutant replaces one (rarely two or three) of the small policy steps of
-:class:`targets.paged_kv.optimized.OptimizedManager` with ``unittest.mock.patch.object``.  The
+:class:`targets.paged_kv.optimized.OptimizedManager` (:func:`fuzzkit.mutants.patch`).  The
 buggy function's docstring says what the real code did wrong; the mutant is written the way that
 code was written (two lines in the wrong order, a loop that starts one node too high, a count
 taken at schedule time, a lookup cached across scheduling steps...), so it misbehaves only where
@@ -9,7 +9,7 @@ the real bug did: a prefix hit at the front of the free queue, a row reused afte
 trim while a step is in flight, a fork of a windowed request that was not trimmed yet, a block
 that re-entered the window of the request that freed it...
 
-Citations name the upstream issue or pull request exactly as ``/work/shared/COMPONENTS.md`` §1
+Citations name the upstream issue or pull request exactly as ``docs/COMPONENTS.md`` §1
 lists it (vLLM numbers unless another repository is named).  Five mutants model a rule of the
 policy whose violation has no single upstream number in that list (free order, free-queue end,
 over-commit, reset while in use, copy-on-write after fork); their citation says which code they
@@ -20,7 +20,7 @@ observable effect; its sibling, freeing on the *scheduled* count, is #47728 belo
 
 Seven mutants break the eviction policies (``Config.eviction`` "penelope" and "session"; the
 rules are in :mod:`targets.paged_kv.protocol`).  Those policies come from papers, not from an
-engine with an issue tracker, so their citation names the rule they break (COMPONENTS.md §2,
+engine with an issue tracker, so their citation names the rule they break (docs/COMPONENTS.md §2,
 Penelope / whole-session eviction) and the engine code the mistake is borrowed from.
 
 ``tests/test_paged_kv_mutants.py`` holds, for every mutant, a minimal program on which the
@@ -29,12 +29,11 @@ reference and the clean manager agree and the mutated manager fails the oracle.
 
 from __future__ import annotations
 
-import contextlib
-from typing import Any, Callable, ContextManager, Iterator, Optional, Sequence
-from unittest import mock
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
+from fuzzkit.mutants import device_mutants, patch
 from fuzzkit.target import Mutant
 from targets.paged_kv import hashing
 from targets.paged_kv.hashing import BlockHash, ExtraKeys
@@ -142,7 +141,7 @@ def _touch_increments_first(self: OptimizedManager, hits: Sequence[KVCacheBlock]
     ``ref_cnt == 0``, so a hit that was free never leaves the free queue and the next allocation
     (of this or another cache group) can evict a block that is in use.  (Emulated by running the
     clean step with the free-queue removal disabled: the test never fires.)"""
-    with mock.patch.object(self.free_queue, "remove", lambda block: None):
+    with patch(self.free_queue, remove=lambda block: None)():
         _PIN(self, hits)
 
 
@@ -601,21 +600,8 @@ def _block_hash_uint16_tokens(self: OptimizedManager, req: _Request, index: int)
 # ============================================================================ the list
 
 
-def _patch(**replacements: Any) -> Callable[[], ContextManager[Any]]:
-    """A zero-argument callable returning a context manager that patches the named steps."""
-
-    @contextlib.contextmanager
-    def applied() -> Iterator[None]:
-        with contextlib.ExitStack() as stack:
-            for name, replacement in replacements.items():
-                stack.enter_context(mock.patch.object(OptimizedManager, name, replacement))
-            yield
-
-    return applied
-
-
 def _mutant(name: str, bug_class: str, citation: str, **replacements: Any) -> Mutant:
-    return Mutant(name, "optimized", bug_class, citation, _patch(**replacements))
+    return Mutant(name, "optimized", bug_class, citation, patch(M, **replacements))
 
 
 MUTANTS: list[Mutant] = [
@@ -716,17 +702,17 @@ MUTANTS: list[Mutant] = [
     _mutant("free-head-first",
             "wrong free order: head first instead of tail first",
             "vLLM v1 KVCacheManager.free (blocks freed in reverse so the tail is evicted first; "
-            "COMPONENTS.md §1 policy)",
+            "docs/COMPONENTS.md §1 policy)",
             _release_blocks=_release_head_first),
     _mutant("unhashed-freed-to-back",
             "unhashed freed blocks queued at the back of the LRU free queue",
             "vLLM v1 BlockPool.free_blocks / FreeKVCacheBlockQueue (uncached blocks are reused "
-            "first; COMPONENTS.md §1 policy)",
+            "first; docs/COMPONENTS.md §1 policy)",
             _return_to_free_queue=_return_always_to_back),
     _mutant("cow-missing-after-fork",
             "copy-on-write missing after fork: write into a shared block",
             "vLLM v0 block manager append_slots copy-on-write (beam-search fork); KVGuard device "
-            "write check 5 (COMPONENTS.md §1)",
+            "write check 5 (docs/COMPONENTS.md §1)",
             _shared_write_index=_shared_write_index_never),
     _mutant("cow-copy-dropped",
             "recycled block read before it is written (copy-on-write copy never issued)",
@@ -735,45 +721,45 @@ MUTANTS: list[Mutant] = [
     _mutant("overcommit-ignores-hits",
             "over-commit: fit check ignores hits leaving the free queue",
             "vLLM v1 get_num_blocks_to_allocate / num_evictable_computed_blocks (vLLM PR #19031, "
-            "#11310); COMPONENTS.md §1 'never over-commit'",
+            "#11310); docs/COMPONENTS.md §1 'never over-commit'",
             _fits=_fits_ignoring_hits),
     _mutant("penelope-evicts-tail",
             "front-of-history eviction evicting the tail (release order not reversed)",
-            "Penelope, COMPONENTS.md §2 (evict a session's history from the front); vLLM v1 "
+            "Penelope, docs/COMPONENTS.md §2 (evict a session's history from the front); vLLM v1 "
             "KVCacheManager.free (reverse order, tail first) kept by mistake",
             _release_order=_release_order_tail_first),
     _mutant("penelope-shared-prefix-first",
             "shared prefix evicted before the session's own history",
-            "Penelope, COMPONENTS.md §2 (keep the shared prefix; evict the history first)",
+            "Penelope, docs/COMPONENTS.md §2 (keep the shared prefix; evict the history first)",
             _release_order=_release_order_shared_first),
     _mutant("penelope-suffix-gap",
             "resident suffix accepted with a gap (scan continues past a missing block)",
-            "Penelope, COMPONENTS.md §2 (resident set is prefix ∪ one contiguous suffix)",
+            "Penelope, docs/COMPONENTS.md §2 (resident set is prefix ∪ one contiguous suffix)",
             _find_suffix=_find_suffix_over_gaps),
     _mutant("penelope-hole-after-suffix",
             "hole blocks appended after the suffix: hole computed at the suffix's positions",
-            "Penelope, COMPONENTS.md §2 (recompute the hole with original positions); vLLM v1 "
+            "Penelope, docs/COMPONENTS.md §2 (recompute the hole with original positions); vLLM v1 "
             "BlockTable.append_row (append-only rows)",
             _admit=_admit_hole_after_suffix),
     _mutant("penelope-no-jump",
             "computed not advanced past the resident suffix after the refill",
-            "Penelope, COMPONENTS.md §2 (recomputed tokens == the hole); vLLM #46595 class "
+            "Penelope, docs/COMPONENTS.md §2 (recomputed tokens == the hole); vLLM #46595 class "
             "(stale computed-token count)",
             _close_refill=_close_refill_without_jump),
     _mutant("penelope-jump-to-usable-end",
             "computed jumps to the last usable block, past never-computed tokens",
-            "Penelope, COMPONENTS.md §2 (refill exact under causal attention); vLLM #46595 "
+            "Penelope, docs/COMPONENTS.md §2 (refill exact under causal attention); vLLM #46595 "
             "class (stale computed-token count)",
             _close_refill=_close_refill_at_usable_end),
     _mutant("session-evicts-shared",
             "whole-session eviction drops the session's shared prefix blocks too",
-            "whole-session eviction baseline, COMPONENTS.md §2; SGLang RadixCache / vLLM v1 "
+            "whole-session eviction baseline, docs/COMPONENTS.md §2; SGLang RadixCache / vLLM v1 "
             "prefix blocks are refcounted and outlive one session",
             _form_release_group=_form_release_group_with_shared),
     _mutant("row-growth-hands-out-live-row",
             "request-slot pool growth: the new slot range starts one slot too early",
             "vLLM v1 InputBatch/BlockTable row slots, sglang req_to_token_pool growth "
-            "(off-by-one in the added slot range; COMPONENTS.md §1 stale table rows)",
+            "(off-by-one in the added slot range; docs/COMPONENTS.md §1 stale table rows)",
             _grow_rows=_grow_rows_one_too_many),
     _mutant("table-widen-doubles-once",
             "dynamic block-table width grown by one doubling, not until the row fits",
@@ -793,7 +779,7 @@ MUTANTS: list[Mutant] = [
     _mutant("reset-while-in-use",
             "reset of the prefix cache while blocks are in use",
             "vLLM v1 KVCacheManager.reset_prefix_cache (refuses while blocks are used; "
-            "COMPONENTS.md §1 policy)",
+            "docs/COMPONENTS.md §1 policy)",
             _can_reset_prefix_cache=_can_reset_between_steps),
 ]
 
@@ -829,27 +815,14 @@ def _slot_mapping_edge_off_by_one(self: OptimizedManager, rid: int,
     return row[index].astype(np.int64) * b + pos % b
 
 
-def _kernel_mutant(name: str, patch: Callable[[], ContextManager[None]], bug_class: str,
-                   citation: str) -> Mutant:
-    return Mutant(name, "guarded", bug_class, citation, patch)
-
-
-def _device_mutants() -> list[Mutant]:
-    from targets.paged_kv.kernel_mutants import KERNEL_MUTANTS
-
-    mutants = [_kernel_mutant(f"kernel-{name}", patch, bug_class, citation)
-               for name, (patch, bug_class, citation) in KERNEL_MUTANTS.items()]
-    mutants += [
-        Mutant("stale-device-table", "guarded",
-               "stale block table at launch: device copy not refreshed after in-place changes",
-               "vLLM #7018 (stale block-table rows); KVGuard translation check 3",
-               _patch(launch_table=_launch_table_cached)),
-        Mutant("host-slot-mapping-edge", "guarded",
-               "slot mapping off by one at block edges (host-side slot-mapping loop)",
-               "vLLM reshape_and_cache slot_mapping contract; KVGuard translation check 3",
-               _patch(slot_mapping=_slot_mapping_edge_off_by_one)),
-    ]
-    return mutants
-
-
-DEVICE_MUTANTS: list[Mutant] = _device_mutants()
+DEVICE_MUTANTS: list[Mutant] = [
+    *device_mutants("targets.paged_kv.kernel_mutants", "guarded"),
+    Mutant("stale-device-table", "guarded",
+           "stale block table at launch: device copy not refreshed after in-place changes",
+           "vLLM #7018 (stale block-table rows); KVGuard translation check 3",
+           patch(M, launch_table=_launch_table_cached)),
+    Mutant("host-slot-mapping-edge", "guarded",
+           "slot mapping off by one at block edges (host-side slot-mapping loop)",
+           "vLLM reshape_and_cache slot_mapping contract; KVGuard translation check 3",
+           patch(M, slot_mapping=_slot_mapping_edge_off_by_one)),
+]

@@ -1,10 +1,10 @@
-"""Buggy variants of the quant scoring kernel, each a context manager that swaps one in.
+"""Buggy variants of the quant scoring kernel, each a patch that swaps one in.
 
 Every mutant is the *correct* source of :mod:`targets.quant.kernels` with one line replaced
 (shown in each docstring), compiled as a real Triton kernel -- natively on a GPU, under
 ``TRITON_INTERPRET=1`` without one -- and installed as ``kernels.kernel``, which the launcher looks
-up at call time (:mod:`fuzzkit.kernel_mutation`: an anchor line that no longer occurs exactly once
-raises ``RuntimeError`` instead of silently testing the clean kernel).
+up at call time (:func:`fuzzkit.mutants.source_edit`: an anchor line that no longer occurs
+exactly once raises ``RuntimeError`` instead of silently testing the clean kernel).
 
 Each bug lives only past one of the kernel's tiles (:mod:`targets.quant.tiles`): in the second
 program along ``M`` or ``N``, or the second step along ``D`` -- where the strategy's
@@ -15,20 +15,19 @@ They act on the ``triton`` implementation; :mod:`targets.quant.mutants` lists th
 
 from __future__ import annotations
 
-import contextlib
-from typing import Callable, ContextManager, Iterator
+from fuzzkit.mutants import Patch, source_edit
 
-from fuzzkit.kernel_mutation import swapped
-
-
-def _swap(name: str, *replacements: tuple[str, str]) -> ContextManager[None]:
-    from targets.quant import kernels
-
-    return swapped(kernels, "kernel", name, *replacements)
+#: The module the mutants edit, imported only when one is applied (it needs Triton).
+_KERNELS = "targets.quant.kernels"
 
 
-@contextlib.contextmanager
-def scale_tile_offset() -> Iterator[None]:
+_SCALE_LOAD = "    scale = tl.load(scale_ptr + offs_n, mask=mask_n, other=0.0)\n"
+scale_tile_offset = source_edit(
+    _KERNELS,
+    _SCALE_LOAD,
+    _SCALE_LOAD.replace("scale_ptr + offs_n", "scale_ptr + tl.arange(0, BLOCK_N)"),
+    attribute="kernel",
+).documented(
     """The per-vector scale of the epilogue is loaded at the tile-local offsets.
 
     Bug class: an epilogue vector (bias, per-channel scale, per-row norm) indexed with
@@ -39,14 +38,16 @@ def scale_tile_offset() -> Iterator[None]:
 
     ``scale = tl.load(scale_ptr + tl.arange(0, BLOCK_N), mask=mask_n, other=0.0)``
     """
-    old = "    scale = tl.load(scale_ptr + offs_n, mask=mask_n, other=0.0)\n"
-    with _swap("scale-tile-offset",
-               (old, old.replace("scale_ptr + offs_n", "scale_ptr + tl.arange(0, BLOCK_N)"))):
-        yield
+)
 
 
-@contextlib.contextmanager
-def query_not_advanced() -> Iterator[None]:
+_QUERY_LOAD = "            q_ptr + offs_m[:, None] * stride_qm + offs_d[None, :],\n"
+query_not_advanced = source_edit(
+    _KERNELS,
+    _QUERY_LOAD,
+    _QUERY_LOAD.replace("offs_d[None, :]", "tl.arange(0, BLOCK_D)[None, :]"),
+    attribute="kernel",
+).documented(
     """The query tile is not advanced along ``D``: every step reloads the first ``BLOCK_D``
     coordinates of the queries while the code tile does move.
 
@@ -58,14 +59,15 @@ def query_not_advanced() -> Iterator[None]:
 
     ``q_ptr + offs_m[:, None] * stride_qm + tl.arange(0, BLOCK_D)[None, :],``
     """
-    old = "            q_ptr + offs_m[:, None] * stride_qm + offs_d[None, :],\n"
-    with _swap("query-not-advanced",
-               (old, old.replace("offs_d[None, :]", "tl.arange(0, BLOCK_D)[None, :]"))):
-        yield
+)
 
 
-@contextlib.contextmanager
-def query_rows_tile_local() -> Iterator[None]:
+query_rows_tile_local = source_edit(
+    _KERNELS,
+    _QUERY_LOAD,
+    _QUERY_LOAD.replace("offs_m[:, None]", "tl.arange(0, BLOCK_M)[:, None]"),
+    attribute="kernel",
+).documented(
     """The query tile's rows are addressed with the tile-local ``tl.arange(0, BLOCK_M)``.
 
     Bug class: a single-program kernel turned into a grid, with the program offset added to the
@@ -76,14 +78,11 @@ def query_rows_tile_local() -> Iterator[None]:
 
     ``q_ptr + tl.arange(0, BLOCK_M)[:, None] * stride_qm + offs_d[None, :],``
     """
-    old = "            q_ptr + offs_m[:, None] * stride_qm + offs_d[None, :],\n"
-    with _swap("query-rows-tile-local",
-               (old, old.replace("offs_m[:, None]", "tl.arange(0, BLOCK_M)[:, None]"))):
-        yield
+)
 
 
-#: name -> (context manager, one-line bug class, citation).
-KERNEL_MUTANTS: dict[str, tuple[Callable[[], ContextManager[None]], str, str]] = {
+#: name -> (patch, one-line bug class, citation).
+KERNEL_MUTANTS: dict[str, tuple[Patch, str, str]] = {
     "scale-tile-offset": (
         scale_tile_offset,
         "epilogue per-vector scale indexed with tile-local offsets (second N program wrong)",
@@ -103,5 +102,3 @@ KERNEL_MUTANTS: dict[str, tuple[Callable[[], ContextManager[None]], str, str]] =
         "operand's pointers, cf. tutorial 03's offs_am): single-tile tests cannot see them; "
         "only a second program along M (m > BLOCK_M) does"),
 }
-
-__all__ = ["KERNEL_MUTANTS"] + [cm.__name__ for cm, _, _ in KERNEL_MUTANTS.values()]

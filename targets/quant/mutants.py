@@ -1,4 +1,4 @@
-"""Realistic bugs in rotated quantizers, each a context manager patching one implementation.
+"""Realistic bugs in rotated quantizers, each a patch of one implementation.
 
 Every mutant is modelled on a bug class seen in real quantization code and shows only where the
 real bug would: a non-power-of-two dimension, a coordinate in the codebook's top cell, a 16-bit
@@ -11,13 +11,11 @@ real one.
 
 from __future__ import annotations
 
-import contextlib
-from typing import Any, Iterator, Sequence
-from unittest import mock
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from fuzzkit.kernel_mutation import device_mutants
+from fuzzkit.mutants import derived, device_mutants, patch, source_edit
 from fuzzkit.target import Mutant
 from targets.quant import numpy_impl
 
@@ -118,15 +116,14 @@ def _rescale_eps_floor(y: np.ndarray) -> np.ndarray:
 # --- per-collection state -------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def _rotation_cache_keyed_by_dim() -> Iterator[None]:
+def _rotation_cache_keyed_by_dim(original: Callable[..., Any]) -> Callable[..., Any]:
     """The rotation cache keyed by ``(dim, dtype)`` only: the first collection of a dimension
     fixes the rotation every later one of that dimension gets, whatever its seed.  A case run
     alone is self-consistent (one seed per case), so it fails only after an earlier case left an
     entry of its dimension with another seed: state-dependent.  The buggy cache is a fresh dict
-    per application, so nothing leaks into a later (clean) run."""
+    per application (:func:`~fuzzkit.mutants.derived`), so nothing leaks into a later (clean)
+    run."""
     cache: dict[tuple[int, str], Any] = {}
-    original = numpy_impl.rotation
 
     def rotation(dim: int, seed: int, dtype: np.dtype) -> Any:
         key = (int(dim), np.dtype(dtype).name)
@@ -134,8 +131,7 @@ def _rotation_cache_keyed_by_dim() -> Iterator[None]:
             cache[key] = original(dim, seed, dtype)
         return cache[key]
 
-    with mock.patch.object(numpy_impl, "rotation", rotation):
-        yield
+    return rotation
 
 
 # --- scoring --------------------------------------------------------------------------------
@@ -158,22 +154,18 @@ def _score_quantized_query(rotated_queries: np.ndarray, codes: np.ndarray, scale
     return (quantized @ decoded.T) * scales.astype(dtype)[None, :]
 
 
-def _patch_kernel() -> Any:
+_HOISTED_D_MASK = source_edit(
+    "targets.quant.kernels",
+    "    mask_n = offs_n < N\n",
+    "    mask_n = offs_n < N\n    mask_d = tl.arange(0, BLOCK_D) < D\n",
+    ("        mask_d = offs_d < D\n", ""),
+    attribute="kernel",
+).documented(
     """``kernels.score_kernel`` with the ``D`` mask hoisted out of the loop: computed once from
     ``tl.arange(0, BLOCK_D) < D``, right for the first ``D`` block, all-true for every later
     one -- so when ``D > BLOCK_D`` and ``D % BLOCK_D != 0`` the ragged last block reads past the
     end of each row (into the next row, or the launcher's zero guard tail)."""
-    from fuzzkit.kernel_mutation import swapped
-    from targets.quant import kernels
-
-    return swapped(kernels, "kernel", "hoisted-d-mask",
-                   ("    mask_n = offs_n < N\n",
-                    "    mask_n = offs_n < N\n    mask_d = tl.arange(0, BLOCK_D) < D\n"),
-                   ("        mask_d = offs_d < D\n", ""))
-
-
-def _patch(name: str, replacement: Any) -> Any:
-    return lambda: mock.patch.object(numpy_impl, name, replacement)
+)
 
 
 MUTANTS: tuple[Mutant, ...] = (
@@ -183,7 +175,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "Hadamard-rotation quantizers (QuaRot/SpinQuant-style kernels; Dao-AILab "
         "fast-hadamard-transform takes the 1/sqrt(n) scale from the caller): a scale computed "
         "for the padded power-of-two size is wrong for block-decomposed non-power-of-two dims",
-        _patch("fwht_blocks", _fwht_norm_padded_size),
+        patch(numpy_impl, fwht_blocks=_fwht_norm_padded_size),
     ),
     Mutant(
         "pad-truncate", "numpy",
@@ -191,7 +183,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "Walsh-Hadamard needs power-of-two sizes; padding then truncating the rotated vector "
         "discards energy (FAISS's RandomRotationMatrix keeps d_out >= d_in for this reason); "
         "TurboQuant/RaBitQ-style codecs assume an orthogonal rotation",
-        _patch("fwht_blocks", _fwht_pad_truncate),
+        patch(numpy_impl, fwht_blocks=_fwht_pad_truncate),
     ),
     Mutant(
         "inverse-permutation", "numpy",
@@ -199,49 +191,49 @@ MUTANTS: tuple[Mutant, ...] = (
         "permutation-convention bugs (perm vs argsort(perm)); the rotation is part of the "
         "stored format (Qdrant quantized segments), so codes written by one build would be "
         "misread by another",
-        _patch("permute", _permute_scatter),
+        patch(numpy_impl, permute=_permute_scatter),
     ),
     Mutant(
         "query-quantized", "numpy",
         "query quantized before scoring (symmetric instead of asymmetric distance)",
         "Jegou et al., 'Product quantization for nearest neighbor search' (TPAMI 2011): SDC vs "
         "ADC; TurboQuant (Zandieh et al., 2025) and Qdrant score the un-quantized rotated query",
-        _patch("score", _score_quantized_query),
+        patch(numpy_impl, score=_score_quantized_query),
     ),
     Mutant(
         "scale-not-stored", "numpy",
         "per-vector norm/scale not stored (vectors assumed unit-norm)",
         "Qdrant normalises only Cosine collections; Dot/Euclid need the stored norm -- the "
         "per-vector rescaling factor of RaBitQ/TurboQuant-style codecs dropped",
-        _patch("compute_scales", _scales_unit_norm),
+        patch(numpy_impl, compute_scales=_scales_unit_norm),
     ),
     Mutant(
         "top-cell-dropped", "numpy",
         "off-by-one codebook boundary count: the top cell is never emitted",
         "scalar-quantizer edge bugs (L levels need L-1 boundaries; clamping to 2**bits - 2), "
         "FAISS ScalarQuantizer / Qdrant scalar-quantization range-edge class",
-        _patch("quantize", _quantize_top_cell_dropped),
+        patch(numpy_impl, quantize=_quantize_top_cell_dropped),
     ),
     Mutant(
         "turbo16-codes-in-u8", "numpy",
         "integer overflow: 16-bit codes stored in a uint8 buffer",
         "code-width/storage-dtype bugs in quantized storage (NumPy astype and Rust `as u8` wrap "
         "silently); only the 16-bit variant overflows",
-        _patch("quantize", _quantize_into_u8),
+        patch(numpy_impl, quantize=_quantize_into_u8),
     ),
     Mutant(
         "zero-vector-nan", "numpy",
         "division by a zero norm: the zero vector becomes NaN",
         "zero-vector normalisation bugs (FAISS normalize_L2 and cosine distance on zero "
         "vectors; Qdrant zero-vector handling in cosine preprocessing)",
-        _patch("rescale", _rescale_unguarded),
+        patch(numpy_impl, rescale=_rescale_unguarded),
     ),
     Mutant(
         "hoisted-d-mask", "triton",
         "Triton mask error on a ragged last block (mask hoisted out of the K loop)",
         "the K-tail masking of Triton matmul kernels (the tutorial recomputes the mask per "
         "K step); out-of-bounds tile loads without a per-step mask read neighbouring rows",
-        _patch_kernel,
+        _HOISTED_D_MASK,
     ),
     # --- past a threshold, at an extreme value, or after an earlier case (this issue) --------
     Mutant(
@@ -251,7 +243,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "fast-hadamard-transform); rotation codecs compose smaller Hadamards for other sizes "
         "(QuaRot's kron(H_k, H_2^n)); a build that splits larger blocks stays orthogonal but "
         "writes codes another build misreads -- only for D >= 2 x the limit",
-        _patch("fwht_blocks", _fwht_capped_block),
+        patch(numpy_impl, fwht_blocks=_fwht_capped_block),
     ),
     Mutant(
         "norm-eps-floor", "numpy",
@@ -260,7 +252,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "eps sized for float16 (1e-8 .. 1e-6) in a float32 path: right for the zero vector, "
         "wrong for every norm below eps -- the epsilon-in-normalisation class (FAISS's "
         "fvec_renorm_L2 guards only the exact zero norm)",
-        _patch("rescale", _rescale_eps_floor),
+        patch(numpy_impl, rescale=_rescale_eps_floor),
     ),
     Mutant(
         "rotation-cache-keyed-by-dim", "numpy",
@@ -268,7 +260,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "cache keys missing a parameter the value depends on (vLLM/torch.compile and Triton "
         "autotuner cache-key bugs); Qdrant keeps a rotation per collection -- two collections "
         "of one dimension with different seeds must not share it",
-        _rotation_cache_keyed_by_dim,
+        patch(numpy_impl, rotation=derived(_rotation_cache_keyed_by_dim)),
     ),
 )
 

@@ -1,7 +1,7 @@
 """Real-bug mutants of the optimized scheduling policies and routers.
 
 Each mutant replaces one small step of :mod:`.policies.optimized` or :mod:`.routers.optimized`
-with ``unittest.mock.patch.object``, written the way the buggy code would have been written.
+(:func:`fuzzkit.mutants.patch`), written the way the buggy code would have been written.
 The Fairway mutants break the rules of the Fairway paper's scheduler (bypass budget against the
 oldest waiter, aging relative to the request's own prefill time); the LPM ones model SGLang's
 ``schedule_policy.py`` (prefix matches recomputed every round; past 128 waiting requests it
@@ -20,34 +20,24 @@ passes on the clean implementation and fails under its mutant.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import random
-from typing import Any, Callable, ContextManager, Iterator, Sequence
-from unittest import mock
+from typing import Any, Sequence
 
+from fuzzkit.mutants import patch
 from fuzzkit.target import Mutant
 from targets.scheduling import admission as A
 from targets.scheduling import memory as M
 from targets.scheduling.policies import optimized as P
 from targets.scheduling.routers import optimized as R
 
-FAIRWAY_PAPER = "Fairway prefill scheduling (COMPONENTS.md §2): bypass budget β over the oldest waiter"
+FAIRWAY_PAPER = ("Fairway prefill scheduling (docs/COMPONENTS.md §2): bypass budget β over the oldest "
+                 "waiter")
 SGLANG_LPM = "sglang python/sglang/srt/managers/schedule_policy.py (LPM, FCFS fallback past 128)"
 KINETIC = ("kinetic tournament (Basch, Guibas, Hershberger 1999; Agarwal et al.) for Fairway's "
            "response-ratio argmax")
 BOUNDED_CH = ("consistent hashing with bounded loads, Mirrokni et al. 2018; prefix-aware "
               "routing in sglang-router / llm-d")
-
-
-def _patches(*patches: tuple[Any, str, Any]) -> Callable[[], ContextManager[Any]]:
-    @contextlib.contextmanager
-    def apply() -> Iterator[None]:
-        with contextlib.ExitStack() as stack:
-            for owner, name, value in patches:
-                stack.enter_context(mock.patch.object(owner, name, value))
-            yield
-    return apply
 
 
 def _side(obj: Any, name: str, default: Any) -> Any:
@@ -197,8 +187,9 @@ def _capacity_in_floating_point(self: R.PrefixRouter, loads: Sequence[int]) -> i
 # ------------------------------------------------------------------- session KV memory
 
 MEM = M.OptimizedKVMemory
-PENELOPE = "Penelope front-of-history eviction (COMPONENTS.md §2): keep the shared prefix and a suffix"
-BASIN = "Basin admission control (COMPONENTS.md §2): reservations from an AIMD budget, FIFO"
+PENELOPE = ("Penelope front-of-history eviction (docs/COMPONENTS.md §2): keep the shared prefix and a "
+            "suffix")
+BASIN = "Basin admission control (docs/COMPONENTS.md §2): reservations from an AIMD budget, FIFO"
 _BLOCKS_TO_EVICT = M.KVMemory.blocks_to_evict
 
 
@@ -339,85 +330,84 @@ def _adapt_watermark_inclusive(self: Any, now: int, free: int, total: int) -> No
 
 MUTANTS: list[Mutant] = [
     Mutant("fairway_bypass_never_reset", "optimized", "bypass budget never reset",
-           FAIRWAY_PAPER, _patches((P.FairwayPolicy, "_bypass_of_oldest", _bypass_never_reset))),
+           FAIRWAY_PAPER, patch(P.FairwayPolicy, _bypass_of_oldest=_bypass_never_reset)),
     Mutant("fairway_cap_on_newest", "optimized", "bypass cap measured on the newest waiter",
-           FAIRWAY_PAPER, _patches((P.FairwayPolicy, "_bypass_of_oldest", _cap_on_newest))),
+           FAIRWAY_PAPER, patch(P.FairwayPolicy, _bypass_of_oldest=_cap_on_newest)),
     Mutant("fairway_absolute_aging", "optimized", "aging by absolute wait instead of relative",
            FAIRWAY_PAPER + "; response ratio (wait + p) / p",
-           _patches((P.KineticTournament, "_beats", _absolute_beats),
-                    (P.KineticTournament, "overtake_tick", _absolute_overtake))),
+           patch(P.KineticTournament, _beats=_absolute_beats,
+                 overtake_tick=_absolute_overtake)),
     Mutant("lpm_stale_hits", "optimized", "stale prefix-hit lengths in the queue order",
-           SGLANG_LPM, _patches((P.LpmPolicy, "_repriced", _stale_hits))),
+           SGLANG_LPM, patch(P.LpmPolicy, _repriced=_stale_hits)),
     Mutant("lpm_fallback_stale_order", "optimized",
            "FCFS fallback keeps the stale LPM order", SGLANG_LPM,
-           _patches((P.LpmPolicy, "_choose", _fallback_keeps_stale_order))),
+           patch(P.LpmPolicy, _choose=_fallback_keeps_stale_order)),
     Mutant("spf_ties_nondeterministic", "optimized", "ties broken non-deterministically",
            "hash-set / id() iteration order in a priority key",
-           _patches((P.SpfPolicy, "_admit", _salted_admit),
-                    (P.SpfPolicy, "_repriced", _salted_repriced))),
+           patch(P.SpfPolicy, _admit=_salted_admit, _repriced=_salted_repriced)),
     Mutant("fcfs_by_request_id", "optimized", "FCFS by request id, not true arrival order",
-           "FCFS must order by queue arrival (COMPONENTS.md §2: 'FCFS (true arrival order)')",
-           _patches((P.FcfsPolicy, "_choose", _fcfs_by_rid))),
+           "FCFS must order by queue arrival (docs/COMPONENTS.md §2: 'FCFS (true arrival order)')",
+           patch(P.FcfsPolicy, _choose=_fcfs_by_rid)),
     Mutant("fcfs_double_dispatch", "optimized", "lazy deletion dispatches a request twice",
            "lazy-deletion heap/deque bookkeeping",
-           _patches((P.FcfsPolicy, "_dispatch", _dispatch_keeps_age))),
+           patch(P.FcfsPolicy, _dispatch=_dispatch_keeps_age)),
     Mutant("router_ignores_capacity", "optimized", "router ignores capacity", BOUNDED_CH,
-           _patches((R.PrefixRouter, "route", _owner_only))),
+           patch(R.PrefixRouter, route=_owner_only)),
     Mutant("ring_not_updated_on_scale_up", "optimized", "ring not updated on scale-up",
-           BOUNDED_CH, _patches((R.PrefixRouter, "add_instance", _scale_up_without_points))),
+           BOUNDED_CH, patch(R.PrefixRouter, add_instance=_scale_up_without_points)),
     Mutant("capacity_without_newcomer", "optimized",
            "bounded-load capacity computed without the request being placed", BOUNDED_CH,
-           _patches((R.PrefixRouter, "capacity", _capacity_without_newcomer))),
+           patch(R.PrefixRouter, capacity=_capacity_without_newcomer)),
     Mutant("least_loaded_stale_loads", "optimized", "least-loaded routing on stale load reports",
            "router load metrics polled, not tracked per request (sglang-router, vLLM "
-           "production-stack)", _patches((R.LeastLoadedRouter, "route", _stale_loads))),
+           "production-stack)", patch(R.LeastLoadedRouter, route=_stale_loads)),
     Mutant("penelope_evicts_tail", "optimized", "Penelope evicts from the tail", PENELOPE,
-           _patches((MEM, "blocks_to_evict", _penelope_from_tail))),
+           patch(MEM, blocks_to_evict=_penelope_from_tail)),
     Mutant("penelope_hole_in_suffix", "optimized", "hole punched inside the kept suffix",
-           PENELOPE, _patches((MEM, "blocks_to_evict", _penelope_hole_in_suffix))),
+           PENELOPE, patch(MEM, blocks_to_evict=_penelope_hole_in_suffix)),
     Mutant("shared_prefix_evicted_while_referenced", "optimized",
            "shared prefix evicted while referenced", PENELOPE + "; vLLM/SGLang prefix refcounts",
-           _patches((MEM, "_drop_shared", _drop_shared_ignoring_refs))),
+           patch(MEM, _drop_shared=_drop_shared_ignoring_refs)),
     Mutant("hole_recomputed_at_wrong_positions", "optimized",
            "recomputed segment at wrong positions", PENELOPE,
-           _patches((MEM, "plan", _hole_at_wrong_positions))),
+           patch(MEM, plan=_hole_at_wrong_positions)),
     Mutant("cpu_reload_also_recomputed", "optimized",
            "recompute != hole - reload (CPU tier reload wasted)", PENELOPE + "; CPU tier",
-           _patches((MEM, "plan", _reload_and_recompute))),
+           patch(MEM, plan=_reload_and_recompute)),
     Mutant("lru_evicts_most_recent", "optimized", "LRU list walked from the wrong end",
            "vLLM FreeKVCacheBlockQueue / SGLang radix LRU order",
-           _patches((M.OrderedLRU, "victim", _most_recent_victim))),
+           patch(M.OrderedLRU, victim=_most_recent_victim)),
     Mutant("basin_release_twice", "optimized", "reservation released twice", BASIN,
-           _patches((BASIN_CLASS, "_release", _release_twice))),
+           patch(BASIN_CLASS, _release=_release_twice)),
     Mutant("basin_release_never", "optimized", "reservation never released", BASIN,
-           _patches((BASIN_CLASS, "_release", _release_never))),
+           patch(BASIN_CLASS, _release=_release_never)),
     Mutant("basin_budget_before_newcomer", "optimized",
            "budget checked before adding the newcomer's reservation", BASIN,
-           _patches((BASIN_CLASS, "_fits", _fits_before_newcomer))),
+           patch(BASIN_CLASS, _fits=_fits_before_newcomer)),
     Mutant("basin_admits_out_of_fifo", "optimized", "admission out of FIFO order", BASIN,
-           _patches((BASIN_CLASS, "_next_to_admit", _first_that_fits))),
+           patch(BASIN_CLASS, _next_to_admit=_first_that_fits)),
     Mutant("basin_aimd_without_floor", "optimized", "AIMD without a floor", BASIN,
-           _patches((BASIN_CLASS, "_decrease", _decrease_without_floor))),
+           patch(BASIN_CLASS, _decrease=_decrease_without_floor)),
     # past a threshold, in a rare sequence or at an edge value (the reach issue)
     Mutant("tournament_grow_without_rebuild", "optimized",
            "tree index grown by doubling without recomputing its internal nodes",
            KINETIC + "; array-backed segment / tournament trees resized in place",
-           _patches((P.KineticTournament, "_grow", _grow_without_rebuild))),
+           patch(P.KineticTournament, _grow=_grow_without_rebuild)),
     Mutant("lazy_heap_compaction_unheapified", "optimized",
            "priority queue rebuilt from a dict without heapify",
            "Python heapq: a rebuilt list must be heapify()-ed; lazy-deletion heap compaction "
            "in waiting queues (sglang / vLLM schedulers)",
-           _patches((P._LazyHeap, "_compact", _compact_without_heapify))),
+           patch(P._LazyHeap, _compact=_compact_without_heapify)),
     Mutant("cpu_tier_drop_keeps_plan", "optimized",
            "stale cached lookup after the offload tier evicts (no invalidation)",
            PENELOPE + "; CPU KV offloading (vLLM KV connector / LMCache): a prefix lookup "
            "must be invalidated when the tier drops its blocks",
-           _patches((MEM, "_cpu_keep", _cpu_keep_without_invalidation))),
+           patch(MEM, _cpu_keep=_cpu_keep_without_invalidation)),
     Mutant("capacity_in_floating_point", "optimized",
            "bounded-load capacity computed in floating point", BOUNDED_CH + "; float "
            "(1 + eps) * avg rounding at an integer capacity",
-           _patches((R.PrefixRouter, "capacity", _capacity_in_floating_point))),
+           patch(R.PrefixRouter, capacity=_capacity_in_floating_point)),
     Mutant("basin_watermark_inclusive", "optimized",
            "watermark comparison inclusive (<= for <) at the exact edge", BASIN,
-           _patches((BASIN_CLASS, "_adapt", _adapt_watermark_inclusive))),
+           patch(BASIN_CLASS, _adapt=_adapt_watermark_inclusive)),
 ]

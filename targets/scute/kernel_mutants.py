@@ -1,9 +1,9 @@
-"""Buggy variants of the ``scute`` Triton kernel, each a context manager that swaps one in.
+"""Buggy variants of the ``scute`` Triton kernel, each a patch that swaps one in.
 
 Every kernel mutant is the *correct* kernel source of :mod:`targets.scute.kernels` with one line
 replaced (quoted in each docstring), compiled as a real Triton kernel -- natively on a GPU, under
 ``TRITON_INTERPRET=1`` without one -- and installed as ``kernels.scute_kernel``, which the
-launcher looks up at call time (:mod:`fuzzkit.kernel_mutation`: an anchor line that no longer
+launcher looks up at call time (:func:`fuzzkit.mutants.source_edit`: an anchor line that no longer
 occurs exactly once raises ``RuntimeError`` instead of silently testing the clean kernel).  The
 ``segment-off-by-one`` and ``tile-remainder-zero`` mutants patch
 :func:`targets.scute.batching.segments` instead (the host side of the SGMV metadata), and
@@ -11,30 +11,35 @@ occurs exactly once raises ``RuntimeError`` instead of silently testing the clea
 call time.
 
 They act on the ``triton`` implementation of the ``scute`` target; ``targets.scute.mutants``
-wires them with ``fuzzkit.kernel_mutation.device_mutants("targets.scute.kernel_mutants")``.
+wires them with ``fuzzkit.mutants.device_mutants("targets.scute.kernel_mutants")``.
 ``tests/test_scute_kernels.py`` shows each one failing the float64 slot-form comparison at
 float32 on a typical mixed batch.
 """
 
 from __future__ import annotations
 
-import contextlib
-from typing import Any, Callable, ContextManager, Iterator
-from unittest import mock
+from typing import Any, Callable
 
 import numpy as np
 
-from fuzzkit.kernel_mutation import swapped
+from fuzzkit.mutants import Patch, derived, patch, source_edit
+from targets.scute import batching, tiles
+
+#: The module the mutants edit, imported only when one is applied (it needs Triton).
+_KERNELS = "targets.scute.kernels"
+
+#: ``batching.segments``: ``(token_slot, block_m) -> (order, start, length, slot)``.
+Segments = Callable[[Any, int], tuple[np.ndarray, ...]]
 
 
-def _swap(name: str, *replacements: tuple[str, str]) -> ContextManager[None]:
-    from targets.scute import kernels
-
-    return swapped(kernels, "scute_kernel", name, *replacements)
-
-
-@contextlib.contextmanager
-def wrong_adapter_gather() -> Iterator[None]:
+wrong_adapter_gather = source_edit(
+    _KERNELS,
+    "    slot = tl.load(seg_slot_ptr + pid_m)\n    use = slot >= 0\n"
+    "    sl = tl.maximum(slot, 0).to(tl.int64)\n    kind =",
+    "    slot = tl.load(token_slot_ptr + pid_m)\n    use = slot >= 0\n"
+    "    sl = tl.maximum(slot, 0).to(tl.int64)\n    kind =",
+    attribute="scute_kernel",
+).documented(
     """A tile reads its adapter id from the per-token (unsorted) mapping indexed by the tile
     number, instead of the per-segment slot list.
 
@@ -46,16 +51,15 @@ def wrong_adapter_gather() -> Iterator[None]:
 
     ``slot = tl.load(token_slot_ptr + pid_m)``
     """
-    with _swap("wrong-adapter-gather",
-               ("    slot = tl.load(seg_slot_ptr + pid_m)\n    use = slot >= 0\n"
-                "    sl = tl.maximum(slot, 0).to(tl.int64)\n    kind =",
-                "    slot = tl.load(token_slot_ptr + pid_m)\n    use = slot >= 0\n"
-                "    sl = tl.maximum(slot, 0).to(tl.int64)\n    kind =")):
-        yield
+)
 
 
-@contextlib.contextmanager
-def base_only_not_skipped() -> Iterator[None]:
+base_only_not_skipped = source_edit(
+    _KERNELS,
+    "    use = slot >= 0\n    sl = tl.maximum(slot, 0).to(tl.int64)\n    kind =",
+    "    use = slot >= -1\n    sl = tl.maximum(slot, 0).to(tl.int64)\n    kind =",
+    attribute="scute_kernel",
+).documented(
     """Slot ``-1`` (no adapter) is not skipped: it is clamped to slot 0 and served with adapter
     0's transform, scale, shift and low-rank path.
 
@@ -67,14 +71,15 @@ def base_only_not_skipped() -> Iterator[None]:
 
     ``use = slot >= -1``
     """
-    with _swap("base-only-not-skipped",
-               ("    use = slot >= 0\n    sl = tl.maximum(slot, 0).to(tl.int64)\n    kind =",
-                "    use = slot >= -1\n    sl = tl.maximum(slot, 0).to(tl.int64)\n    kind =")):
-        yield
+)
 
 
-@contextlib.contextmanager
-def shrink_buffer_fp16() -> Iterator[None]:
+shrink_buffer_fp16 = source_edit(
+    _KERNELS,
+    "        h = acc_r * mv[None, :]\n",
+    "        h = acc_r.to(tl.float16).to(tl.float32) * mv[None, :]\n",
+    attribute="scute_kernel",
+).documented(
     """The shrink result ``x . A^T`` is stored in a float16 buffer instead of float32 before the
     ``m`` scaling and the expand.
 
@@ -87,14 +92,15 @@ def shrink_buffer_fp16() -> Iterator[None]:
 
     ``h = acc_r.to(tl.float16).to(tl.float32) * mv[None, :]``
     """
-    with _swap("shrink-buffer-fp16",
-               ("        h = acc_r * mv[None, :]\n",
-                "        h = acc_r.to(tl.float16).to(tl.float32) * mv[None, :]\n")):
-        yield
+)
 
 
-@contextlib.contextmanager
-def transform_transposed() -> Iterator[None]:
+transform_transposed = source_edit(
+    _KERNELS,
+    "                tj = tl.load(t_base + offs_j[:, None] * K + offs_k[None, :],\n",
+    "                tj = tl.load(t_base + offs_j[:, None] + offs_k[None, :] * K,\n",
+    attribute="scute_kernel",
+).documented(
     """The input transform ``T`` is loaded transposed (``x . T^T`` instead of ``x . T``).
 
     Bug class: a row/column-major mix-up of the rotation -- for an orthogonal OFT/BOFT block
@@ -105,14 +111,16 @@ def transform_transposed() -> Iterator[None]:
 
     ``tj = tl.load(t_base + offs_j[:, None] + offs_k[None, :] * K,``
     """
-    with _swap("transform-transposed",
-               ("                tj = tl.load(t_base + offs_j[:, None] * K + offs_k[None, :],\n",
-                "                tj = tl.load(t_base + offs_j[:, None] + offs_k[None, :] * K,\n")):
-        yield
+)
 
 
-@contextlib.contextmanager
-def shift_dropped() -> Iterator[None]:
+shift_dropped = source_edit(
+    _KERNELS,
+    "    bv = tl.where(use, tl.load(b_ptr + sl * N + offs_n, mask=live_n, "
+    "other=0.0),\n",
+    "    bv = tl.where(use, tl.load(b0_ptr + offs_n, mask=live_n, other=0.0),\n",
+    attribute="scute_kernel",
+).documented(
     """The slot shift ``b`` is replaced by the base bias ``b0`` for every slot.
 
     Bug class: an adapter epilogue that keeps the base layer's bias -- IA3 on keys/values scales
@@ -122,15 +130,15 @@ def shift_dropped() -> Iterator[None]:
 
     ``bv = tl.where(use, tl.load(b0_ptr + offs_n, mask=live_n, other=0.0),``
     """
-    with _swap("shift-dropped",
-               ("    bv = tl.where(use, tl.load(b_ptr + sl * N + offs_n, mask=live_n, "
-                "other=0.0),\n",
-                "    bv = tl.where(use, tl.load(b0_ptr + offs_n, mask=live_n, other=0.0),\n")):
-        yield
+)
 
 
-@contextlib.contextmanager
-def scale_not_applied() -> Iterator[None]:
+scale_not_applied = source_edit(
+    _KERNELS,
+    "    y = acc * sv[None, :] + bv[None, :]\n",
+    "    y = acc + bv[None, :]\n",
+    attribute="scute_kernel",
+).documented(
     """The output scale ``s`` of the base GEMM is never applied (``acc + b``).
 
     Bug class: a dropped per-slot scale in a fused epilogue (vllm-project/vllm-ascend#9743
@@ -140,13 +148,15 @@ def scale_not_applied() -> Iterator[None]:
 
     ``y = acc + bv[None, :]``
     """
-    with _swap("scale-not-applied",
-               ("    y = acc * sv[None, :] + bv[None, :]\n", "    y = acc + bv[None, :]\n")):
-        yield
+)
 
 
-@contextlib.contextmanager
-def output_scale_twice() -> Iterator[None]:
+output_scale_twice = source_edit(
+    _KERNELS,
+    "        y += lo_rank * ov[None, :]\n",
+    "        y += lo_rank * ov[None, :] * ov[None, :]\n",
+    attribute="scute_kernel",
+).documented(
     """The low-rank output scale ``o`` is applied twice (``lo * o * o``).
 
     Bug class: LoRA scaling folded into ``B`` at load time *and* applied in the kernel (``alpha
@@ -156,14 +166,22 @@ def output_scale_twice() -> Iterator[None]:
 
     ``y += lo_rank * ov[None, :] * ov[None, :]``
     """
-    with _swap("output-scale-twice",
-               ("        y += lo_rank * ov[None, :]\n",
-                "        y += lo_rank * ov[None, :] * ov[None, :]\n")):
-        yield
+)
 
 
-@contextlib.contextmanager
-def segment_off_by_one() -> Iterator[None]:
+def _segments_off_by_one(original: Segments) -> Segments:
+    def off_by_one(token_slot: Any, block_m: int) -> tuple[np.ndarray, ...]:
+        order, start, length, slot = original(token_slot, block_m)
+        length = length.copy()
+        for i in range(len(length) - 1):
+            if slot[i + 1] != slot[i]:
+                length[i] -= 1
+        return order, start, length, slot
+
+    return off_by_one
+
+
+segment_off_by_one = patch(batching, segments=derived(_segments_off_by_one)).documented(
     """Host-side SGMV metadata off by one: the last tile of every segment that is followed by
     another segment is one row too short -- the segment's last token is never computed and its
     output row keeps the launcher's zero fill.
@@ -176,24 +194,15 @@ def segment_off_by_one() -> Iterator[None]:
     Patched (``batching.segments``): ``length[i] - 1`` for the last tile of every run but the
     final one.
     """
-    from targets.scute import batching
-
-    original = batching.segments
-
-    def off_by_one(token_slot: Any, block_m: int) -> tuple[np.ndarray, ...]:
-        order, start, length, slot = original(token_slot, block_m)
-        length = length.copy()
-        for i in range(len(length) - 1):
-            if slot[i + 1] != slot[i]:
-                length[i] -= 1
-        return order, start, length, slot
-
-    with mock.patch.object(batching, "segments", off_by_one):
-        yield
+)
 
 
-@contextlib.contextmanager
-def transform_block_unaligned() -> Iterator[None]:
+transform_block_unaligned = source_edit(
+    _KERNELS,
+    "            lo = (k0 // span) * span\n",
+    "            lo = k0\n",
+    attribute="scute_kernel",
+).documented(
     """The rows of ``T`` that a K chunk reads start at the chunk (``lo = k0``) instead of at the
     first transform block the chunk overlaps: the kernel assumes block boundaries fall on
     ``BLOCK_K`` boundaries.
@@ -207,13 +216,17 @@ def transform_block_unaligned() -> Iterator[None]:
 
     ``lo = k0``
     """
-    with _swap("transform-block-unaligned",
-               ("            lo = (k0 // span) * span\n", "            lo = k0\n")):
-        yield
+)
 
 
-@contextlib.contextmanager
-def epilogue_column_offset() -> Iterator[None]:
+epilogue_column_offset = source_edit(
+    _KERNELS,
+    "    sv = tl.where(use, tl.load(s_ptr + sl * N + offs_n, mask=live_n, other=1.0), "
+    "1.0)\n",
+    "    sv = tl.where(use, tl.load(s_ptr + sl * N + tl.arange(0, BLOCK_N), "
+    "mask=live_n, other=1.0), 1.0)\n",
+    attribute="scute_kernel",
+).documented(
     """The per-column output scale ``s`` is loaded at the in-tile column ``tl.arange(0,
     BLOCK_N)`` instead of the program's global columns ``offs_n``: every column program reads
     the first ``BLOCK_N`` scales.
@@ -226,16 +239,16 @@ def epilogue_column_offset() -> Iterator[None]:
 
     ``sv = tl.where(use, tl.load(s_ptr + sl * N + tl.arange(0, BLOCK_N), ...``
     """
-    with _swap("epilogue-column-offset",
-               ("    sv = tl.where(use, tl.load(s_ptr + sl * N + offs_n, mask=live_n, other=1.0), "
-                "1.0)\n",
-                "    sv = tl.where(use, tl.load(s_ptr + sl * N + tl.arange(0, BLOCK_N), "
-                "mask=live_n, other=1.0), 1.0)\n")):
-        yield
+)
 
 
-@contextlib.contextmanager
-def shrink_accumulator_reset() -> Iterator[None]:
+shrink_accumulator_reset = source_edit(
+    _KERNELS,
+    "            acc_r = _dot(xk, ak, acc_r, DOT_F32)\n",
+    "            acc_r = _dot(xk, ak, tl.zeros((BLOCK_M, BLOCK_R), dtype=tl.float32), "
+    "DOT_F32)\n",
+    attribute="scute_kernel",
+).documented(
     """The shrink accumulator is re-initialised in every K step (``acc_r = x_k . A_k^T`` instead
     of ``acc_r += ...``): only the last K chunk reaches the expand.
 
@@ -247,15 +260,25 @@ def shrink_accumulator_reset() -> Iterator[None]:
 
     ``acc_r = _dot(xk, ak, tl.zeros((BLOCK_M, BLOCK_R), dtype=tl.float32), DOT_F32)``
     """
-    with _swap("shrink-accumulator-reset",
-               ("            acc_r = _dot(xk, ak, acc_r, DOT_F32)\n",
-                "            acc_r = _dot(xk, ak, tl.zeros((BLOCK_M, BLOCK_R), dtype=tl.float32), "
-                "DOT_F32)\n")):
-        yield
+)
 
 
-@contextlib.contextmanager
-def tile_remainder_zero() -> Iterator[None]:
+def _segments_remainder_zero(original: Segments) -> Segments:
+    def remainder(token_slot: Any, block_m: int) -> tuple[np.ndarray, ...]:
+        order, start, length, slot = original(token_slot, block_m)
+        length = length.copy()
+        run_total = 0
+        for i in range(len(length)):
+            run_total += int(length[i])
+            if i + 1 == len(length) or slot[i + 1] != slot[i]:
+                length[i] = run_total % block_m
+                run_total = 0
+        return order, start, length, slot
+
+    return remainder
+
+
+tile_remainder_zero = patch(batching, segments=derived(_segments_remainder_zero)).documented(
     """Host-side SGMV metadata: the last tile of a slot's run gets ``count % BLOCK_M`` rows --
     zero when the run is an exact multiple of ``BLOCK_M``, so its last full tile is never
     computed and those tokens keep the launcher's zero fill.
@@ -268,27 +291,10 @@ def tile_remainder_zero() -> Iterator[None]:
 
     Patched (``batching.segments``): the last tile of every run gets ``run_length % block_m``.
     """
-    from targets.scute import batching
-
-    original = batching.segments
-
-    def remainder(token_slot: Any, block_m: int) -> tuple[np.ndarray, ...]:
-        order, start, length, slot = original(token_slot, block_m)
-        length = length.copy()
-        run_total = 0
-        for i in range(len(length)):
-            run_total += int(length[i])
-            if i + 1 == len(length) or slot[i + 1] != slot[i]:
-                length[i] = run_total % block_m
-                run_total = 0
-        return order, start, length, slot
-
-    with mock.patch.object(batching, "segments", remainder):
-        yield
+)
 
 
-@contextlib.contextmanager
-def block_r_capped() -> Iterator[None]:
+block_r_capped = patch(_KERNELS, block_r=lambda rank: tiles.block_r_min()).documented(
     """The launcher sizes the shrink buffer for the smallest supported rank: ``BLOCK_R`` is the
     mode's minimum whatever the adapters' rank, so the ranks past it are masked off
     (``live_r = offs_r < R`` never sees them).
@@ -301,14 +307,11 @@ def block_r_capped() -> Iterator[None]:
 
     Patched (``kernels.block_r``): ``lambda rank: tiles.block_r_min()``.
     """
-    from targets.scute import kernels, tiles
-
-    with mock.patch.object(kernels, "block_r", lambda rank: tiles.block_r_min()):
-        yield
+)
 
 
-#: name -> (context manager, one-line bug class, citation).
-KERNEL_MUTANTS: dict[str, tuple[Callable[[], ContextManager[None]], str, str]] = {
+#: name -> (patch, one-line bug class, citation).
+KERNEL_MUTANTS: dict[str, tuple[Patch, str, str]] = {
     "wrong-adapter-gather": (
         wrong_adapter_gather,
         "Triton tile reads its adapter id from the per-token mapping (tile index), not its segment",
@@ -367,5 +370,3 @@ KERNEL_MUTANTS: dict[str, tuple[Callable[[], ContextManager[None]], str, str]] =
         "predibase/lorax#70 and #256 (SGMV wrong/unsupported for some ranks); "
         "punica-ai/punica#53"),
 }
-
-__all__ = ["KERNEL_MUTANTS"] + [cm.__name__ for cm, _, _ in KERNEL_MUTANTS.values()]

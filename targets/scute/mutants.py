@@ -1,6 +1,6 @@
-"""Realistic bugs in multi-adapter serving, each a context manager patching one module attribute
-of the ``torch`` implementation (:mod:`.torch_impl`) or of the shared slot conversion
-(:mod:`.slots`; the float64 reference in :mod:`.reference` is never touched).
+"""Realistic bugs in multi-adapter serving, each a patch of one module attribute of the ``torch``
+implementation (:mod:`.torch_impl`) or of the shared slot conversion (:mod:`.slots`; the float64
+reference in :mod:`.reference` is never touched).
 
 ``tests/test_scute_mutants.py`` shows each one caught on a fixed case with the method and slot
 named; ``fuzzkit mutants scute`` finds them from scratch.  The Triton kernel's own mutants live
@@ -9,12 +9,11 @@ in :mod:`targets.scute.kernel_mutants` (wired in below as ``kernel-*`` when impo
 
 from __future__ import annotations
 
-from typing import Any, Callable
-from unittest import mock
+from typing import Any
 
 import numpy as np
 
-from fuzzkit.kernel_mutation import device_mutants
+from fuzzkit.mutants import derived, device_mutants, patch
 from fuzzkit.target import Mutant
 from targets.scute import reference, slots
 
@@ -130,20 +129,11 @@ def _butterfly_perm_transposed(q_i: np.ndarray, k: int, index: int, factors: int
     return p.T @ bd @ p
 
 
-def _patch(module: Any, name: str, value: Any) -> Callable[[], Any]:
-    return lambda: mock.patch.object(module, name, value)
+#: Patched by name: imported only when the mutant is applied (torch is optional).
+_TORCH_IMPL = "targets.scute.torch_impl"
 
 
-def _patch_torch(name: str, value: Callable[[], Any]) -> Callable[[], Any]:
-    """Patch :mod:`.torch_impl` (imported only when the mutant is applied: torch is optional)."""
-    def patch() -> Any:
-        from targets.scute import torch_impl
-
-        return mock.patch.object(torch_impl, name, value())
-    return patch
-
-
-def _float16() -> Any:
+def _float16(_original: Any) -> Any:
     import torch
 
     return torch.float16
@@ -155,81 +145,81 @@ MUTANTS: tuple[Mutant, ...] = (
            "order, its row is not permuted",
            "Punica/vLLM sgmv/bgmv: token_lora_indices vs sorted segment metadata mix-ups "
            "(vLLM LoRA 'wrong adapter applied in mixed batches' reports)",
-           _patch_torch("gather_index", lambda: _gather_sorted)),
+           patch(_TORCH_IMPL, gather_index=_gather_sorted)),
     Mutant("minus-one-not-skipped", "torch",
            "-1 (no adapter) tokens not skipped: index -1 wraps to the last adapter",
            "vLLM LoRA: lora index -1 for base-model requests; a plain tensor gather with -1 "
            "silently reads the last slot",
-           _patch_torch("base_mask", lambda: _no_base_mask)),
+           patch(_TORCH_IMPL, base_mask=_no_base_mask)),
     Mutant("dora-bias-scaled", "torch",
            "DoRA magnitude scale applied to the bias",
            "PEFT DoRA (lora/dora.py): the bias must stay outside magnitude/||W'|| "
            "(DoRA paper, Liu et al. 2024)",
-           _patch(slots, "dora_slot", _dora_bias_scaled)),
+           patch(slots, dora_slot=_dora_bias_scaled)),
     Mutant("dora-norm-wrong-axis", "torch",
            "DoRA weight norm over the wrong axis",
            "PEFT DoRA get_weight_norm with fan_in_fan_out / transposed weights: the norm must "
            "run over the input features of each output row",
-           _patch(slots, "row_norms", _column_norms)),
+           patch(slots, row_norms=_column_norms)),
     Mutant("dora-norm-float32", "torch",
            "DoRA weight norm ||W0 + sBA||_row computed in float32 without scaling: squares "
            "overflow for huge rows and underflow for tiny ones",
            "huggingface/peft#2049 and #3237 (DoRA inf/NaN from zero or near-zero weight rows, "
            "fp32 upcast of get_weight_norm); torch.linalg.norm sums plain squares",
-           _patch(slots, "row_norms", _float32_norms)),
+           patch(slots, row_norms=_float32_norms)),
     Mutant("alpha-applied-twice", "torch",
            "LoRA scaling alpha/r applied twice",
            "vLLM folds the LoRA scaling into B at load time; a layer that multiplies by "
            "alpha/r again double-scales",
-           _patch(slots, "lora_scale", _alpha_twice)),
+           patch(slots, lora_scale=_alpha_twice)),
     Mutant("rslora-ignored", "torch",
            "rsLoRA's alpha/sqrt(r) replaced by alpha/r",
            "PEFT use_rslora (Kalajdzievski 2023): loaders that ignore the flag mis-scale",
-           _patch(slots, "lora_scale", _rslora_ignored)),
+           patch(slots, lora_scale=_rslora_ignored)),
     Mutant("rotation-transposed", "torch",
            "OFT/BOFT block rotation transposed (x·Rᵀ instead of x·R)",
            "PEFT OFT rotates the input x·R (W' = W·Rᵀ); merging code and kernels that use the "
            "weight-side convention transpose it",
-           _patch(slots, "block_rotations", _rotation_transposed)),
+           patch(slots, block_rotations=_rotation_transposed)),
     Mutant("cayley-variant-confused", "torch",
            "exact Cayley and the Cayley-Neumann series confused",
            "PEFT OFT use_cayley_neumann (default True) approximates (I+Q)(I-Q)^-1, the "
            "transpose of the exact (I-Q)(I+Q)^-1 branch",
-           _patch(slots, "block_rotations", _cayley_confused)),
+           patch(slots, block_rotations=_cayley_confused)),
     Mutant("ia3-kv-bias-unscaled", "torch",
            "IA3 k/v scale applied before the bias add (bias not scaled)",
            "PEFT IA3 (ia3/layer.py): non-feed-forward layers scale the whole base output, "
            "bias included (Liu et al. 2022)",
-           _patch(slots, "ia3_slot", _ia3_bias_unscaled)),
+           patch(slots, ia3_slot=_ia3_bias_unscaled)),
     Mutant("ia3-placement-swapped", "torch",
            "IA3 on the wrong side: k/v scale applied to the input, feed-forward scale to the "
            "output",
            "PEFT IA3 is_feedforward: feed-forward layers scale the input x*l, k/v layers the "
            "output (Liu et al. 2022); a loader that inverts the target-module match swaps them",
-           _patch(slots, "ia3_slot", _ia3_placement_swapped)),
+           patch(slots, ia3_slot=_ia3_placement_swapped)),
     Mutant("vera-lambda-after-expand", "torch",
            "per-rank scale m applied after expand (lambda_d folded wrongly)",
            "VeRA (Kopiczko et al. 2024): lambda_d scales the shrink result; Punica-style "
            "expand epilogues only have a per-output scale",
-           _patch(slots, "vera_slot", _vera_lambda_after_expand)),
+           patch(slots, vera_slot=_vera_lambda_after_expand)),
     Mutant("vera-slice-from-end", "torch",
            "shared VeRA matrices sliced from the wrong end",
            "PEFT VeRA slices vera_A[:, :in_features] and vera_B[:out_features, :] of the "
            "largest layer's shared matrices",
-           _patch(slots, "vera_slot", _vera_slice_from_end)),
+           patch(slots, vera_slot=_vera_slice_from_end)),
     Mutant("boft-scale-on-bias", "torch",
            "BOFT output scale applied to the bias",
            "PEFT BOFT forward subtracts the bias, scales by boft_s, re-adds the bias",
-           _patch(slots, "boft_slot", _boft_scale_on_bias)),
+           patch(slots, boft_slot=_boft_scale_on_bias)),
     Mutant("butterfly-perm-inverted", "torch",
            "butterfly permutation inverted (Pᵀ·BD·P)",
            "BOFT (Liu et al. 2024) / PEFT boft_P: factors are P·BD·Pᵀ",
-           _patch(slots, "butterfly_factor", _butterfly_perm_transposed)),
+           patch(slots, butterfly_factor=_butterfly_perm_transposed)),
     Mutant("fp16-shrink-buffer", "torch",
            "shrink buffer x·Aᵀ kept in float16 instead of float32",
            "Punica/vLLM LoRA kernels keep the intermediate buffer in float32; a half buffer "
            "loses precision (and overflows) for float32/bf16 models",
-           _patch_torch("SHRINK_DTYPE", _float16)),
+           patch(_TORCH_IMPL, SHRINK_DTYPE=derived(_float16))),
 )
 
 #: The Triton kernel's mutants, on the ``triton`` implementation.
