@@ -11,7 +11,7 @@ single-op mutant and a fusion-only mutant of the in-project fusing compiler
 (``targets.compiler.mutants``) are applied; graphs whose whole output does not fail under the
 mutant are skipped (the next seed is drawn, up to ``--tries`` per row).  On each failing graph:
 
-* bisect: :func:`fuzzkit.shrink.bisect.bisect` (the original run, the prefix bisection, the
+* bisect: :func:`targets.compiler.bisect.bisect` (the original run, the prefix bisection, the
   window and the confirmation re-run all counted);
 * minifier: ``minifier(gm, inputs, module_fails)``; ``module_fails`` compiles the fx graph with
   the mutant fusing compiler and judges it against float64 with the ``compiler`` target's oracle
@@ -51,7 +51,7 @@ import torch  # noqa: E402
 import torch.fx  # noqa: E402
 
 from fuzzkit.runner import check_case  # noqa: E402
-from fuzzkit.shrink.bisect import bisect, round_to_dtype, same_bug  # noqa: E402
+from targets.compiler.bisect import bisect, round_to_dtype, same_bug  # noqa: E402
 
 #: Which ops each known mutant miscompiles: one op (single-op bug) or a producer -> consumer pair
 #: fused into one kernel (fusion-only bug).  Mutants not listed are looked up by keyword.
@@ -99,7 +99,7 @@ def _ops_of_mutant(mutant: Any) -> tuple[str, ...]:
             return tuple(v) if isinstance(v, (list, tuple)) else (v,)
     except ImportError:
         pass
-    from fuzzkit.graphs.ops import OPS
+    from targets.compiler.graphs.ops import OPS
 
     words = mutant.name.replace("-", "_").split("_")
     return tuple(w for w in words if w in OPS)
@@ -107,7 +107,7 @@ def _ops_of_mutant(mutant: Any) -> tuple[str, ...]:
 
 def make_values(rng: np.random.Generator, graph: dict, dtype: str) -> list[np.ndarray]:
     try:  # H1's NumPy value maker, when there is one
-        from fuzzkit.graphs import values as gv
+        from targets.compiler.graphs import values as gv
 
         fn = getattr(gv, "random_values", None)
         if fn is not None:
@@ -123,7 +123,7 @@ def make_values(rng: np.random.Generator, graph: dict, dtype: str) -> list[np.nd
 
 def fx_to_graph(gm: torch.fx.GraphModule, inps: list[torch.Tensor]) -> tuple[dict, list]:
     """A (minifier-edited) fx GraphModule back to the JSON graph, with shapes from a run."""
-    from fuzzkit.graphs.ops import OPS
+    from targets.compiler.graphs.ops import OPS
 
     fn_to_op = {spec.torch_fn: name for name, spec in OPS.items()}
     shapes: dict[str, list[int]] = {}
@@ -157,7 +157,7 @@ def run_minifier(target: Any, impl: Any, inputs: dict, original: Any, tc: Any,
                  timeout: float) -> dict[str, Any]:
     from torch._functorch.fx_minifier import minifier
 
-    from fuzzkit.graphs import build
+    from targets.compiler.graphs import build
 
     dtype = inputs["dtype"]
     gm = build.to_graph_module(inputs["graph"])
@@ -224,7 +224,7 @@ def main(argv: Optional[list[str]] = None) -> int:
               else tuple(args.ops.split(",")))
     seeds = 1 if args.quick else args.seeds
 
-    from fuzzkit.graphs import generate
+    from targets.compiler.graphs import generate
 
     tc, target = _compiler()
     impl = target.implementation("fusing")

@@ -26,8 +26,8 @@ once and runs :func:`fuzzkit.runner.check_case` for every case it is sent.
 Memory limit: ``memory_mb`` is the *headroom* a case gets, in MiB of address space on top of what
 the child uses once it has imported the target and its implementation (``RLIMIT_AS`` is set to
 that sum).  A fixed total would not work: importing torch alone maps gigabytes.  RLIMIT_AS and
-CUDA do not mix (the driver reserves huge address ranges), so leave ``memory_mb=None`` for GPU
-targets.  The limit is enforced on Linux; elsewhere it is best effort.
+CUDA do not mix (the driver reserves huge address ranges), so leave ``memory_mb=None`` when a
+target runs on a GPU.  The limit is enforced on Linux; elsewhere it is best effort.
 
 Targets must be findable by name in the child: a built-in or entry-point target always is; one
 registered at run time (tests, conftest files) needs its module in ``preload``, imported by the
@@ -300,12 +300,12 @@ class IsolatedChecker:
 
 def target_source_spec(target_name: str) -> str | None:
     """``module:qualname`` of the factory a target was registered with at run time (e.g. by a
-    conftest file), so that a fresh process can register it too; None for built-in and
-    entry-point targets (found by name anyway) and for sources that cannot be imported."""
+    conftest file), so that a fresh process can register it too; None for entry-point targets
+    (the shipped ones too: found by name anyway) and for sources that cannot be imported."""
     from fuzzkit import registry
 
     source = registry._sources.get(target_name)
-    if source is None or isinstance(source, (str, Target)):
+    if source is None or registry.from_entry_point(target_name) or isinstance(source, Target):
         return None
     module = getattr(source, "__module__", None)
     qualname = getattr(source, "__qualname__", None)

@@ -1,6 +1,8 @@
-"""Where targets and implementations come from: built-ins, a decorator, and entry points.
+"""Where targets and implementations come from: entry points and a decorator.
 
-Third parties plug in without touching fuzzkit, pytest-style:
+The engine imports no target: the targets shipped in this repository are found exactly like a
+third party's, through the entry points declared in ``pyproject.toml``.  Plugging in never
+touches fuzzkit, pytest-style:
 
 * ``fuzzkit.targets`` entry points: ``name = "pkg.module:factory"`` (a zero-argument callable
   returning a :class:`~fuzzkit.target.Target`, or a Target itself);
@@ -21,18 +23,9 @@ from typing import Any, Callable, Sequence
 from fuzzkit.errors import UsageError
 from fuzzkit.target import Implementation, Target
 
+#: A target as registered: the object, a factory, or an entry point's "module:attr" (kept as a
+#: string so that nothing is imported until the target is asked for).
 TargetSource = Target | Callable[[], Target] | str
-
-#: Targets shipped with fuzzkit, by "module:attr" so that nothing is imported until asked for.
-BUILTIN_TARGETS: dict[str, str] = {
-    "quant": "targets.quant:target",
-    "paged_kv": "targets.paged_kv:target",
-    "scheduling": "targets.scheduling:target",
-    "ann": "targets.ann:target",
-    "attention_index": "targets.attention_index:target",
-    "scute": "targets.scute:target",
-    "compiler": "targets.compiler:target",
-}
 
 _sources: dict[str, TargetSource] = {}
 _built: dict[str, Target] = {}
@@ -78,10 +71,15 @@ def _load_entry_points() -> None:
     if _entry_points_loaded:
         return
     _entry_points_loaded = True
-    for name, spec in BUILTIN_TARGETS.items():
-        _sources.setdefault(name, spec)
     for ep in importlib.metadata.entry_points(group="fuzzkit.targets"):
         _sources.setdefault(ep.name, ep.value)
+
+
+def from_entry_point(name: str) -> bool:
+    """Whether target ``name`` is known through a ``fuzzkit.targets`` entry point (any fresh
+    process finds it by name) rather than registered in this process (tests, conftest files)."""
+    _load_entry_points()
+    return isinstance(_sources.get(name), str)
 
 
 def target_names() -> list[str]:
@@ -117,8 +115,8 @@ def get_target(name: str) -> Target:
 
 def source_packages(names: Any) -> list[str]:
     """The packages the targets ``names`` come from, *without importing them* (``--coverage``
-    starts measuring before any target module is imported): ``"targets.quant"`` for the source
-    ``"targets.quant:target"``; a target registered in-process gives its factory's module."""
+    starts measuring before any target module is imported): ``"pkg.mod"`` for the entry point
+    ``"pkg.mod:factory"``; a target registered in-process gives its factory's module."""
     _load_entry_points()
     packages: list[str] = []
     for name in names:

@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from typing import Any, Callable, ContextManager, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterator, Mapping, Sequence
 
 from fuzzkit.failure import Failure
+
+if TYPE_CHECKING:
+    from fuzzkit.shrink.hook import Minimizer
 
 Inputs = dict[str, Any]
 Outputs = Any
@@ -130,9 +133,13 @@ class Target:
     a callable so that importing a target does not build strategies (or import heavy modules).
 
     ``reducible`` names the input keys whose first axis (array rows, list items such as the steps
-    of a program) are independent enough for delta debugging to drop items; ``fuzzkit shrink``
-    uses it for cases that did not come from Hypothesis.  Stateful targets put their operation
-    list under ``"program"`` and list it here.
+    of a program) are independent enough for delta debugging to drop items; the default
+    ``minimize`` hook (what ``fuzzkit shrink`` runs) uses it for cases that did not come from
+    Hypothesis.  Stateful targets put their operation list under ``"program"`` and list it here.
+
+    ``minimize`` and ``bisect`` are the target's minimization hooks (:mod:`fuzzkit.shrink.hook`):
+    a target that knows a better way to cut its cases than ddmin says so here, and the engine
+    never needs to know the shape of its inputs.
     """
 
     name: str
@@ -170,6 +177,13 @@ class Target:
     #: ...): every path that loads a case from a file refuses one beyond them before anything
     #: runs, so a small hostile file cannot take gigabytes or hours.
     limits: Sequence[Any] = ()
+    #: Makes a failing case smaller (:data:`fuzzkit.shrink.hook.Minimizer`: a Minimization in,
+    #: a Minimized out); None: ddmin over ``reducible``.  ``fuzzkit shrink`` runs it.
+    minimize: Minimizer | None = None
+    #: Finds where a failing case goes wrong (the same contract; e.g. the compiler's bisection
+    #: to the first diverging node and its smallest failing window); ``fuzzkit bisect`` runs it.
+    #: None: the target has no bisection.
+    bisect: Minimizer | None = None
 
     def __post_init__(self) -> None:
         names = [m.name for m in self.mutants]

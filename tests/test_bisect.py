@@ -1,4 +1,5 @@
-"""Bisection of failing compiler-graph cases (fuzzkit/shrink/bisect.py, repro.py, `fuzzkit bisect`).
+"""Bisection of failing compiler-graph cases (targets/compiler/bisect.py, repro.py, and
+`fuzzkit bisect`, which runs the case's target's ``bisect`` hook).
 
 Two layers:
 
@@ -15,15 +16,15 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator
 
 import numpy as np
 import pytest
 
 from fuzzkit.case import Case
 from fuzzkit.failure import Failure
-from fuzzkit.shrink.bisect import NotAGraphCase, NotFailing, bisect
 from fuzzkit.target import Implementation, Mutant, Target
+from targets.compiler.bisect import NotAGraphCase, NotFailing, bisect, bisection
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -94,7 +95,7 @@ def toy_compiled(inputs: dict) -> dict:
     return {"outputs": [env[o].astype(np.float64) for o in inputs["graph"]["outputs"]]}
 
 
-def toy_oracle(inputs: dict, expected: dict, actual: dict) -> Optional[Failure]:
+def toy_oracle(inputs: dict, expected: dict, actual: dict) -> Failure | None:
     graph = inputs["graph"]
     ops = {n["name"]: n["op"] for n in graph["nodes"]}
     for name, e, a in zip(graph["outputs"], expected["outputs"], actual["outputs"]):
@@ -124,6 +125,7 @@ def toy_target() -> Target:
         strategy=lambda: None, reference=toy_reference,
         implementations={"toy": Implementation("toy", toy_compiled, backend="python")},
         oracle=toy_oracle,
+        bisect=bisection,  # a plug-in graph target reuses the compiler's bisection hook
         mutants=[Mutant("reversed_sub", "toy", "operand order", "-", lambda: _bug("reversed_sub")),
                  Mutant("stale_sub_temp", "toy", "fusion", "-",
                         lambda: _bug("stale_sub_temp")),
@@ -325,6 +327,22 @@ def test_cli_bisect_refuses_bad_files(toy_registered: Target, tmp_path: Path,
     assert "unknown target" in errs[2]
 
 
+def test_cli_bisect_needs_the_targets_hook(toy_registered: Target, tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """`fuzzkit bisect` is the target's hook: a target without one says so in one line."""
+    import dataclasses
+
+    from fuzzkit.cli import main
+    from fuzzkit.registry import register_target
+
+    register_target(dataclasses.replace(toy_registered, bisect=None), replace=True)
+    path = Case("toy_graphs", "toy", failing_toy_case("reversed_sub", 10)).save(tmp_path)
+    assert main(["bisect", str(path), "--mutant", "reversed_sub"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "has no bisection" in err[0]
+    assert not (tmp_path / "bisected").exists()
+
+
 # ---------------------------------------------------------------------------------------------
 # The real `compiler` target: H2's fusing compiler under its shipped mutants.
 
@@ -336,8 +354,8 @@ FUSION_MUTANT, FUSION_OPS = "fused-sub-mul-stale-temp", ("sub", "mul")
 
 @pytest.fixture(scope="module")
 def compiler() -> tuple[Target, Implementation]:
-    pytest.importorskip("fuzzkit.graphs.bound")
-    pytest.importorskip("fuzzkit.graphs.generate")
+    pytest.importorskip("targets.compiler.graphs.bound")
+    pytest.importorskip("targets.compiler.graphs.generate")
     mod = pytest.importorskip("targets.compiler")
     pytest.importorskip("targets.compiler.mutants")
     target = mod.target()
@@ -353,9 +371,9 @@ def compiler() -> tuple[Target, Implementation]:
 
 def _failing_compiler_case(target: Target, impl: Implementation, mutant: str, n: int,
                            needs: tuple[str, ...]) -> dict:
-    from fuzzkit.graphs import generate
     from fuzzkit.runner import check_case
-    from fuzzkit.graphs.values import round_to_dtype
+    from targets.compiler.graphs import generate
+    from targets.compiler.graphs.values import round_to_dtype
 
     for seed in range(40):
         rng = np.random.default_rng(seed)
@@ -428,7 +446,7 @@ def test_compiler_cli_and_repro(compiler: tuple[Target, Implementation], single_
 
 
 def test_window_inputs_are_reference_values_rounded_to_the_dtype() -> None:
-    from fuzzkit.graphs.values import round_to_dtype
+    from targets.compiler.graphs.values import round_to_dtype
 
     target = toy_target()
     inputs = failing_toy_case("reversed_sub", 40)

@@ -230,8 +230,8 @@ NAN_SHARE = 0.08
 
 
 def test_comparisons_see_ties_and_nan_in_the_stated_shares() -> None:
-    from fuzzkit.graphs import build
-    from fuzzkit.graphs.ops import reduced_dims
+    from targets.compiler.graphs import build
+    from targets.compiler.graphs.ops import reduced_dims
 
     seen: dict[str, int] = {}
     tied: dict[str, int] = {}

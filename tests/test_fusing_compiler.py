@@ -21,7 +21,7 @@ pytest.importorskip("triton")
 
 import torch  # noqa: E402
 
-from fuzzkit.graphs import build  # noqa: E402
+from targets.compiler.graphs import build  # noqa: E402
 import targets.compiler as tc  # noqa: E402
 from targets.compiler import checks  # noqa: E402
 from targets.compiler.fusing import codegen, runtime  # noqa: E402

@@ -57,3 +57,23 @@ def test_resolve_implementation_and_errors(dot) -> None:
         registry.load_object("toy_targets:")
     with pytest.raises(UsageError, match="not a callable"):
         registry.resolve_implementation(dot, "toy_targets:__name__")
+
+
+def test_shipped_targets_come_from_entry_points_only(monkeypatch) -> None:
+    """The engine names no target: without the ``fuzzkit.targets`` entry points there are none
+    but the ones registered in-process, and with them each shipped one is an entry point."""
+    shipped = {ep.name: ep.value
+               for ep in importlib.metadata.entry_points(group="fuzzkit.targets")}
+    assert {"compiler", "quant", "scheduling"} <= set(shipped)
+    assert not hasattr(registry, "BUILTIN_TARGETS")
+    for name in shipped:
+        assert registry.from_entry_point(name) and name in registry.target_names()
+    assert not registry.from_entry_point("toy-dot")  # registered by conftest, in-process
+
+    monkeypatch.setattr(registry, "_sources", {})
+    monkeypatch.setattr(registry, "_built", {})
+    monkeypatch.setattr(registry, "_entry_points_loaded", False)
+    monkeypatch.setattr(registry.importlib.metadata, "entry_points", lambda group: [])
+    assert registry.target_names() == []
+    with pytest.raises(UsageError, match="unknown target 'compiler'"):
+        registry.get_target("compiler")

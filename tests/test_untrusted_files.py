@@ -67,10 +67,10 @@ def test_a_sequence_naming_code_is_refused(planted: Path, tmp_path: Path, capsys
 
 
 def test_bisect_refuses_before_importing_anything(planted: Path, tmp_path: Path, capsys) -> None:
-    """Not a graph case: refused on its type, before the named implementation is looked at."""
+    """A target without bisection: refused on that, before the named implementation is looked at."""
     path = Case("toy-dot", "planted_evil:run", _inputs()).save(tmp_path / "cases")
     err = _one_line_exit_2(capsys, ["bisect", str(path)])
-    assert "not a graph case" in err
+    assert "has no bisection" in err
     assert not planted.exists()
 
 

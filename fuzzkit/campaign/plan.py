@@ -55,17 +55,15 @@ def assign(plan: Sequence[Item], workers: int) -> list[list[Item]]:
 def target_sources(names: Sequence[str]) -> bytes:
     """Where the targets registered in this process (tests, conftest files) come from, as JSON
     ``{name: "module:qualname"}`` of their factories, so that spawned workers can import and
-    register them too (plain data: nothing is unpickled).  Built-ins and entry points need
-    nothing; a factory that cannot be named (a lambda, a local function, a Target object) is
-    left out and the worker must find the target itself."""
+    register them too (plain data: nothing is unpickled).  Entry-point targets (the shipped
+    ones too) need nothing; a factory that cannot be named (a lambda, a local function, a
+    Target object) is left out and the worker must find the target itself."""
     from fuzzkit import registry
 
     sources: dict[str, str] = {}
     for name in names:
         source = registry._sources.get(name)
-        if source is None or isinstance(source, str):
-            continue
-        if registry.BUILTIN_TARGETS.get(name) == source:
+        if source is None or registry.from_entry_point(name):
             continue
         module = getattr(source, "__module__", None)
         qualname = getattr(source, "__qualname__", "")

@@ -16,7 +16,7 @@ import numpy as np
 
 from fuzzkit.case import Case
 from fuzzkit.failure import Failure
-from fuzzkit.runner import check_case
+from fuzzkit.shrink.hook import Minimization, Minimized, NotFailing, Trial, trial_for
 from fuzzkit.target import Implementation, Inputs, Target
 
 T = TypeVar("T")
@@ -102,18 +102,24 @@ def shrink_case(
     counts as passing, so ddmin stops with the smallest failing case found so far.
 
     ``checker`` (same contract as :func:`fuzzkit.engines.hypothesis.fuzz`'s) replaces
-    :func:`check_case`, e.g. to shrink a crash inside an isolated worker process.
-    Raises ValueError when the case does not fail (nothing to shrink).
+    :func:`fuzzkit.runner.check_case`, e.g. to shrink a crash inside an isolated worker process.
+    Raises :class:`~fuzzkit.shrink.hook.NotFailing` (a ValueError) when the case does not fail.
     """
+    trial = trial_for(target, impl, timeout=timeout, checker=checker)
+    return shrink_with(target, case, trial, until=until)
+
+
+def shrink_with(
+    target: Target, case: Case, trial: Trial, *, until: float | None = None
+) -> ShrinkResult:
+    """:func:`shrink_case` with candidates run by ``trial`` (see :mod:`fuzzkit.shrink.hook`)."""
 
     def check(candidate: Inputs, confirm: bool = True) -> Failure | None:
-        if checker is None:
-            return check_case(target, impl, candidate, confirm=confirm, timeout=timeout).failure
-        return checker(target, impl, candidate, properties=True, timeout=timeout).failure
+        return trial(candidate, confirm=confirm).failure
 
     first = check(case.inputs)
     if first is None:
-        raise ValueError("the case passes; there is nothing to shrink")
+        raise NotFailing("the case passes; there is nothing to shrink")
     signature = first.signature
     inputs = dict(case.inputs)
     tests = 0
@@ -154,6 +160,22 @@ def shrink_case(
         origin="shrink",
     )
     return ShrinkResult(shrunk, tests, before, {k: _length(inputs[k]) for k in before})
+
+
+def by_ddmin(request: Minimization) -> Minimized:
+    """The default ``Target.minimize`` hook: :func:`shrink_with` over ``Target.reducible``."""
+    result = shrink_with(request.target, request.case, request.trial, until=request.until)
+    sizes = ", ".join(f"{k}: {result.before[k]} -> {result.after[k]}" for k in result.before)
+    failure = result.case.failure
+    return Minimized(
+        case=result.case,
+        tests=result.tests,
+        lines=[
+            f"shrunk in {result.tests} tests ({sizes or 'nothing reducible'}); "
+            f"{failure.signature if failure else ''}"
+        ],
+        details={"tests": result.tests, "before": result.before, "after": result.after},
+    )
 
 
 def _length(value: object) -> int:

@@ -2,8 +2,8 @@
 
 Inputs: ``{"graph": graph, "dtype": "float32"|"float16"|"bfloat16", "dynamic": bool,
 "values": [float32 arrays, one per graph input, exactly representable in dtype]}`` -- the graph
-is plain JSON (:mod:`fuzzkit.graphs`), built into a ``torch.fx.GraphModule`` whose
-call_function targets are :mod:`fuzzkit.graphs.ops` functions.
+is plain JSON (:mod:`targets.compiler.graphs`), built into a ``torch.fx.GraphModule`` whose
+call_function targets are :mod:`targets.compiler.graphs.ops` functions.
 
 Implementations (each call compiles the case's graph once, with the inputs cast to ``dtype``):
 
@@ -15,15 +15,19 @@ Implementations (each call compiles the case's graph once, with the inputs cast 
 
 Case files come from strangers: :func:`.checks.validate` accepts only graphs whose names are
 plain identifiers and whose nodes carry exactly the attributes their op declares
-(:mod:`fuzzkit.graphs.ops`), and the resource limits of :mod:`.limits` (nodes, inputs, the
+(:mod:`.graphs.ops`), and the resource limits of :mod:`.limits` (nodes, inputs, the
 largest and total tensor sizes the shape rules give, matmul work) are checked before it.
 
 Outputs: ``{"outputs": [float64 arrays]}`` (the compiled result in ``dtype``, widened).  The
-reference (eager float64, :func:`fuzzkit.graphs.build.run_reference`) adds ``"intermediates"``
+reference (eager float64, :func:`.graphs.build.run_reference`) adds ``"intermediates"``
 (every input and node), which the oracle (:mod:`.checks`) uses for per-node error bounds and the
 divergence signature ``mismatch:<op>:<dtype>:<error_class>``.
 
 :func:`compile_calls` counts compiles in this process (bisection reports it).
+
+``fuzzkit bisect`` runs this target's ``bisect`` hook (:func:`.bisect.bisection`): the graph
+machinery (:mod:`.graphs`), the bisection and its repro scripts (:mod:`.repro`) are the
+compiler's own; the engine knows nothing of graphs.
 
 Reach (:mod:`.thresholds`): each implementation declares where its code changes path -- the
 fusing compiler's ``MAX_BLOCK`` tiles as launched (interpreter / GPU), Inductor's C++ vector
@@ -70,7 +74,7 @@ def run_compiled(compile_fx: Callable[..., Any], inputs: Mapping[str, Any], devi
     import numpy as np
     import torch
 
-    from fuzzkit.graphs import build
+    from targets.compiler.graphs import build
 
     gm = build.to_graph_module(inputs["graph"])
     dtype = torch_dtype(inputs["dtype"])
@@ -115,7 +119,7 @@ def _inductor_run(inputs: Mapping[str, Any]) -> dict[str, Any]:
 
 def reference(inputs: Mapping[str, Any]) -> dict[str, Any]:
     """Eager float64: every output plus every intermediate (inputs and nodes)."""
-    from fuzzkit.graphs import build
+    from targets.compiler.graphs import build
 
     graph = inputs["graph"]
     values = build.run_reference(graph, inputs["values"])
@@ -165,6 +169,9 @@ def target() -> Target:
         oracle=checks.oracle,
         mutants=MUTANTS,
         reducible=(),
+        # `fuzzkit bisect`: the first diverging node and its smallest failing window, plus a
+        # standalone repro script (:mod:`.bisect`, :mod:`.repro`)
+        bisect=lazy("targets.compiler.bisect:bisection"),
         validate=checks.validate,
         limits=LIMITS,
         sizes=thresholds.SIZES,

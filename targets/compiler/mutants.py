@@ -1,10 +1,14 @@
-"""Miscompiles of the fusing compiler, each a one-line edit of :mod:`.fusing.codegen`.
+"""Miscompiles of the fusing compiler, each a one-line edit of its source.
 
-Every mutant is the current source of ``targets/compiler/fusing/codegen.py`` with exactly one
-line replaced (quoted in each docstring), imported privately and swapped in for
-``codegen.compile_group``, which the runtime looks up at compile time
-(:func:`fuzzkit.kernel_mutation.swapped`: an anchor line that no longer occurs exactly once
-raises instead of silently testing the clean compiler).  They act on the ``fusing``
+Every mutant is the current source of one file with exactly one line replaced (quoted in each
+docstring), imported privately and swapped in for the attribute the compiler looks up at call
+time (:func:`fuzzkit.mutants.source_edit`: an anchor line that no longer occurs exactly once
+raises instead of silently testing the clean compiler).  A bug in the kernel assembly edits
+``targets/compiler/fusing/codegen.py`` and swaps ``codegen.compile_group`` (the runtime looks it
+up at compile time); a bug in one op's lowering edits that op's template in its record,
+``targets/compiler/graphs/ops.py``, and swaps ``ops.OPS`` (codegen looks the record up at each
+expression it writes; the copy keeps the original torch functions, so graphs built before the
+mutant was applied still compile under it).  They act on the ``fusing``
 implementation; ``with target.mutant(name).applied(): ...`` works for any caller (the bisection
 benchmark drives the minifier under them).
 
@@ -21,34 +25,22 @@ one row past a program (``reduction-store-drops-program-offset``).
 
 from __future__ import annotations
 
-import contextlib
-from typing import Callable, ContextManager, Iterator
-
+from fuzzkit.mutants import source_edit
 from fuzzkit.target import Mutant
 
-
-def _swap(name: str, old: str, new: str) -> ContextManager[None]:
-    from fuzzkit.kernel_mutation import swapped
-    from targets.compiler.fusing import codegen
-
-    return swapped(codegen, "compile_group", name, (old, new))
+#: Where a mutant's line is, and the attribute its edit swaps (each module imported only when a
+#: mutant is applied): the kernel assembly, or the op records holding each op's template.
+_CODEGEN = ("targets.compiler.fusing.codegen", "compile_group")
+_RECORDS = ("targets.compiler.graphs.ops", "OPS")
 
 
-def _mutant(name: str, old: str, new: str) -> Callable[[], ContextManager[None]]:
-    @contextlib.contextmanager
-    def patch() -> Iterator[None]:
-        with _swap(name, old, new):
-            yield
-
-    return patch
-
-
-MUTANTS_SPEC: list[tuple[str, str, str, str, str, str]] = [
-    # name, bug class, citation, old line, new line, docstring
+MUTANTS_SPEC: list[tuple[str, str, str, tuple[str, str], str, str, str]] = [
+    # name, bug class, citation, (module, attribute), old line, new line, docstring
     ("broadcast-collapsed",
      "wrong broadcast in a fused op: a broadcast operand indexed by the innermost index only",
      "pytorch/pytorch#181695 (torch.where with broadcast shapes reads wrong values for the "
      "broadcast dim under inductor); NVIDIA/Fuser#2762",
+     _CODEGEN,
      '    terms = [f"i{d} * s{j}_{d}" for d in range(rank)]\n',
      '    terms = [f"i{d} * s{j}_{d}" for d in range(rank) if not broadcast or d == rank - 1]\n',
      "A leaf whose shape differs from the group's (a broadcast operand) keeps only the "
@@ -57,6 +49,7 @@ MUTANTS_SPEC: list[tuple[str, str, str, str, str, str]] = [
      "reduction over the wrong axis (reduction index mapped as if the reduced dim were leading)",
      "pytorch/pytorch#112297 (first-level reduction reused the wrong reduction ranges); "
      "torch-spyre/torch-spyre#867",
+     _CODEGEN,
      '    "    flat = rows * N + cols",\n',
      '    "    flat = cols * R + rows",\n',
      "The reduction tile's flat index is column-major: every row sums a strided slice."),
@@ -64,27 +57,31 @@ MUTANTS_SPEC: list[tuple[str, str, str, str, str, str]] = [
      "fast approximate exp: exp2 with a truncated log2(e) constant",
      "pytorch/pytorch#161829 (inductor exp codegen precision, fast-math "
      "exp2(x*1.4426950408889634)); triton-lang/triton#5735",
-     '    "exp": "tl.exp({a})",\n',
-     '    "exp": "tl.exp2({a} * 1.4427)",\n',
+     _RECORDS,
+     '              template="tl.exp({a})"),\n',
+     '              template="tl.exp2({a} * 1.4427)"),\n',
      "Relative error ~3.4e-6 |x|: ~50 ulp at float32 for |x| ~ 1, invisible at float16/bf16."),
     ("dropped-clamp-max",
      "dropped clamp: the upper bound of clamp ignored",
      "pytorch/pytorch#113641 (compiled double clamp loses one clamp, wrong result)",
-     'CLAMP_MAX = "tl.where({a} > {hi}, {hi}, {a})"\n',
-     'CLAMP_MAX = "({a})"\n',
+     _RECORDS,
+     '                  "max": "tl.where({a} > {max}, {max}, {a})",\n',
+     '                  "max": "({a})",\n',
      "clamp(x, lo, hi) becomes max(x, lo)."),
     ("fp16-accumulator",
      "wrong accumulation dtype: float16 accumulator in a fused sum",
      "pytorch/pytorch#93708 (inductor float16 sum on CPU accumulated in float16); "
      "pytorch/pytorch#182697",
-     '    "sum": ["    acc = tl.sum(tl.where(mask, {src}, 0.0), axis=1)"],\n',
-     '    "sum": ["    acc = tl.sum(tl.where(mask, {src}, 0.0).to(tl.float16), axis=1)'
-     '.to(tl.float32)"],\n',
+     _RECORDS,
+     '              reduction_body=["acc = tl.sum(tl.where(mask, {src}, 0.0), axis=1)"]),\n',
+     '              reduction_body=["acc = tl.sum(tl.where(mask, {src}, 0.0).to(tl.float16), '
+     'axis=1).to(tl.float32)"]),\n',
      "Terms are rounded to float16 and summed there; visible at float32 and on long float16 "
      "rows."),
     ("tail-off-by-one",
      "off-by-one tail mask: the last element of an elementwise kernel is never computed",
      "pytorch/pytorch#168939 (inductor combo kernels missing store masks)",
+     _CODEGEN,
      '    "    mask = offs < N",\n',
      '    "    mask = offs < N - 1",\n',
      "The last flat element of every fused elementwise group stays 0."),
@@ -92,6 +89,7 @@ MUTANTS_SPEC: list[tuple[str, str, str, str, str, str]] = [
      "wrong stride after a permute: a dense permuted input treated as contiguous",
      "pytorch/pytorch#185515 (stale non-contiguous stride after transpose); "
      "pytorch/pytorch#77600",
+     _CODEGEN,
      '    strides = list(torch.broadcast_to(t, tuple(full)).stride())\n',
      '    strides = _dense_strides(t.shape, full) if _is_dense(t) '
      'else list(torch.broadcast_to(t, tuple(full)).stride())\n',
@@ -101,20 +99,23 @@ MUTANTS_SPEC: list[tuple[str, str, str, str, str, str]] = [
      "re-ordered non-commutative op: a - b emitted as b - a",
      "operand-order bugs of commutativity-assuming canonicalization (see also "
      "ROCm/AMDMIGraphX#3679: fused kernel assumes the first argument)",
-     '    "sub": "({a} - {b})",\n',
-     '    "sub": "({b} - {a})",\n',
+     _RECORDS,
+     '              template="({a} - {b})"),\n',
+     '              template="({b} - {a})"),\n',
      "Every fused sub is negated."),
     ("div-operands-swapped",
      "re-ordered non-commutative op: a / b emitted as b / a",
      "operand-order bugs of commutativity-assuming canonicalization (see also "
      "ROCm/AMDMIGraphX#3679)",
-     '    "div": "({a} / {b})",\n',
-     '    "div": "({b} / {a})",\n',
+     _RECORDS,
+     '              template="({a} / {b})"),\n',
+     '              template="({b} / {a})"),\n',
      "Every fused div is inverted."),
     ("fused-sub-mul-stale-temp",
      "fusion-only: a mul fused after a sub reads the sub's first operand (stale register)",
      "register/temp reuse bugs in fused codegen, cf. pytorch/pytorch#182697 (fused path "
      "bypassed the materialized value)",
+     _CODEGEN,
      '        args = [temp[a] for a in arg_names]\n',
      '        args = [first[a] if op == "mul" and ops_of.get(a) == "sub" else temp[a] '
      'for a in arg_names]\n',
@@ -124,6 +125,7 @@ MUTANTS_SPEC: list[tuple[str, str, str, str, str, str]] = [
      "fusion-only: a reduction fused after elementwise ops reduces the untransformed input",
      "pytorch/pytorch#182131 / pytorch/pytorch#182697 (fused reductions used pre-transform "
      "values instead of the producer's result)",
+     _CODEGEN,
      '        src = temp[red_arg]\n',
      '        src = loads[0]\n',
      "Only when the reduction shares a kernel with its producer: sum(relu(x)) computes "
@@ -133,8 +135,9 @@ MUTANTS_SPEC: list[tuple[str, str, str, str, str, str]] = [
      "comparison strictness: a > b lowered as a >= b (wrong only on ties)",
      "pytorch/pytorch#113014 (torch.gt differs under torch.compile on CPU, tied values); "
      "pytorch/pytorch#95695 (torch.ge wrong under torch.compile)",
-     '    "where_gt": "tl.where({a} > {b}, {c}, {d})",\n',
-     '    "where_gt": "tl.where({a} >= {b}, {c}, {d})",\n',
+     _RECORDS,
+     '              template="tl.where({a} > {b}, {c}, {d})"),\n',
+     '              template="tl.where({a} >= {b}, {c}, {d})"),\n',
      "``where(a > b, c, d)`` picks ``c`` where ``a == b``.  Needs an exact tie between the "
      "compared operands (equal inputs, one value compared with itself) and an oracle that "
      "judges exactly known comparisons exactly."),
@@ -142,21 +145,24 @@ MUTANTS_SPEC: list[tuple[str, str, str, str, str, str]] = [
      "NaN propagation: elementwise maximum lowered to Triton's NaN-dropping tl.maximum",
      "pytorch/torchdynamo#1572 ([inductor] maximum op does not respect nans); "
      "pytorch/pytorch#93784, pytorch/pytorch#89612",
-     '    "maximum": "tl.where({a} != {a}, {a}, tl.where({a} > {b}, {a}, {b}))",\n',
-     '    "maximum": "tl.maximum({a}, {b})",\n',
+     _RECORDS,
+     '              template="tl.where({a} != {a}, {a}, tl.where({a} > {b}, {a}, {b}))"),\n',
+     '              template="tl.maximum({a}, {b})"),\n',
      "``maximum(NaN, x)`` returns ``x`` (torch: NaN).  Needs NaN reaching a fused maximum."),
     ("clamp-min-drops-nan",
      "NaN propagation: clamp's lower bound as tl.maximum, a NaN input becomes the bound",
      "pytorch/pytorch#93784 (clamp_min doesn't propagate nans under inductor); "
      "tracel-ai/burn#5718; tile-ai/tilelang#3024",
-     'CLAMP_MIN = "tl.where({a} < {lo}, {lo}, {a})"\n',
-     'CLAMP_MIN = "tl.maximum({a}, {lo})"\n',
+     _RECORDS,
+     '                  "min": "tl.where({a} < {min}, {min}, {a})",\n',
+     '                  "min": "tl.maximum({a}, {min})",\n',
      "``clamp(NaN, lo, hi)`` returns ``lo`` (torch: NaN).  Needs NaN reaching a clamp with a "
      "lower bound."),
     ("elementwise-grid-floor",
      "launch grid by floor division: the tail block of a long elementwise kernel never runs",
      "pytorch/pytorch#195546 (grid too small: half the elements never written); "
      "triton-lang/triton#7840 (cdiv fix)",
+     _CODEGEN,
      '                grid = (triton.cdiv(n, consts["BLOCK"]),)\n',
      '                grid = (max(1, n // consts["BLOCK"]),)\n',
      "Only past MAX_BLOCK elements (4096 under the interpreter) that are not a multiple of it: "
@@ -165,6 +171,7 @@ MUTANTS_SPEC: list[tuple[str, str, str, str, str, str]] = [
      "reduction block capped without a loop: columns past the cap never reduced",
      "pytorch/pytorch#162296 (persistent reduction RBLOCK capped at min(rnumel, 32768)); "
      "pytorch/pytorch#193801 (persistent-reduction block vs emitted R0_BLOCK)",
+     _CODEGEN,
      '        block = next_pow2(n)\n',
      '        block = min(MAX_BLOCK, next_pow2(n))\n',
      "Only for rows longer than MAX_BLOCK (4096 under the interpreter): the tile covers the "
@@ -174,6 +181,7 @@ MUTANTS_SPEC: list[tuple[str, str, str, str, str, str]] = [
      "writes rows 0..ROWS-1",
      "bledden/triton-msl#5 (a 1-D store after a 2-D axis=1 reduce dropped the program "
      "offset)",
+     _CODEGEN,
      '    "    tl.store(out_ptr + r1, acc, mask=r1 < R)",\n',
      '    "    tl.store(out_ptr + r1 % ROWS, acc, mask=r1 < R)",\n',
      "Only when a fused reduction needs more than one program (rows x next_pow2(n) past "
@@ -186,10 +194,9 @@ def _doc(old: str, new: str, text: str) -> str:
 
 
 MUTANTS: list[Mutant] = []
-for _name, _cls, _cite, _old, _new, _text in MUTANTS_SPEC:
-    _patch = _mutant(_name, _old, _new)
-    _patch.__doc__ = _doc(_old, _new, _text)
-    _patch.__name__ = _name.replace("-", "_")
+for _name, _cls, _cite, (_module, _attribute), _old, _new, _text in MUTANTS_SPEC:
+    _patch = source_edit(_module, _old, _new, attribute=_attribute).documented(
+        _doc(_old, _new, _text))
     MUTANTS.append(Mutant(_name, "fusing", _cls, _cite, _patch))
 
 FUSION_ONLY = ("fused-sub-mul-stale-temp", "fused-reduction-reads-input")

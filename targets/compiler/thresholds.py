@@ -37,8 +37,13 @@ CELLS_CAP = 32768
 FANOUT_CAP = 9
 DIM_CAP = 4096
 
-_FUSED_REDUCTIONS = ("sum", "mean", "amax", "amin")
-_REDUCING = ("sum", "mean", "amax", "amin", "softmax", "log_softmax", "layer_norm", "cumsum")
+
+def _record(op: Any) -> Any:
+    """The op's record (None for an op the catalogue does not know); imported on first use, so
+    importing the target stays cheap."""
+    from targets.compiler.graphs.ops import OPS
+
+    return OPS.get(op) if isinstance(op, str) else None
 
 
 def next_pow2(n: int) -> int:
@@ -46,9 +51,10 @@ def next_pow2(n: int) -> int:
 
 
 def _reduced(node: Mapping[str, Any], in_shape: list[int]) -> tuple[int, ...]:
-    from fuzzkit.graphs.ops import reduced_dims
+    from targets.compiler.graphs.ops import reduced_dims
 
-    if node["op"] in _FUSED_REDUCTIONS:
+    spec = _record(node["op"])
+    if spec is not None and spec.kind == "reduction":  # dim: one, a list or None
         return reduced_dims(node["attrs"].get("dim"), len(in_shape))
     return (int(node["attrs"]["dim"]) % max(1, len(in_shape)),)
 
@@ -63,7 +69,8 @@ def _fused_rows(graph: Mapping[str, Any]) -> Iterator[tuple[int, int]]:
     """(row length, rows) of every reduction the fusing compiler fuses (exactly the last dim)."""
     shapes = _shapes(graph)
     for n in graph["nodes"]:
-        if n["op"] not in _FUSED_REDUCTIONS:
+        spec = _record(n["op"])
+        if spec is None or spec.fusing != "reduction":
             continue
         shape = shapes[n["args"][0]]
         if shape and _reduced(n, shape) == (len(shape) - 1,):
@@ -71,7 +78,7 @@ def _fused_rows(graph: Mapping[str, Any]) -> Iterator[tuple[int, int]]:
 
 
 def numels(inputs: Mapping[str, Any]) -> Iterator[int]:
-    from fuzzkit.graphs.ops import OPS
+    from targets.compiler.graphs.ops import OPS
 
     for n in inputs["graph"]["nodes"]:
         if OPS[n["op"]].kind == "elementwise":
@@ -89,10 +96,12 @@ def cells(inputs: Mapping[str, Any]) -> Iterator[int]:
 
 
 def reductions(inputs: Mapping[str, Any]) -> Iterator[int]:
+    from targets.compiler.graphs.generate import REDUCING_OPS
+
     graph = inputs["graph"]
     shapes = _shapes(graph)
     for n in graph["nodes"]:
-        if n["op"] in _REDUCING:
+        if n["op"] in REDUCING_OPS:
             shape = shapes[n["args"][0]]
             yield math.prod(shape[d] for d in _reduced(n, shape)) if shape else 1
 

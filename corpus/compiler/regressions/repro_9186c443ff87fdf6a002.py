@@ -16,13 +16,14 @@ import sys
 from pathlib import Path
 
 # Everything taken from the case and the bisection, as one JSON document: data, never code.
-META = json.loads("{\"case_file\": \"9186c443ff87fdf6a002.json\", \"case_id\": \"9186c443ff87fdf6a002\", \"first_node\": \"n4\", \"implementation\": \"fusing\", \"op\": \"amax\", \"project\": \"/work/main\", \"signature\": \"mismatch:amax:float16:nan\", \"target\": \"compiler\", \"window\": [\"n4\"]}")
+META = json.loads("{\"case_file\": \"9186c443ff87fdf6a002.json\", \"case_id\": \"9186c443ff87fdf6a002\", \"first_node\": \"n4\", \"implementation\": \"fusing\", \"op\": \"amax\", \"signature\": \"mismatch:amax:float16:nan\", \"target\": \"compiler\", \"window\": [\"n4\"]}")
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 HERE = Path(__file__).resolve().parent
 CASE = HERE / Path(str(META["case_file"])).name
-PROJECT = META.get("project")  # where fuzzkit lives, if it is not installed
-if isinstance(PROJECT, str) and PROJECT and PROJECT not in sys.path:
+# fuzzkit installed, or the checkout this script lies in (corpus/<target>/regressions/)
+PROJECT = next((str(p) for p in HERE.parents if (p / "fuzzkit" / "__init__.py").is_file()), None)
+if PROJECT and PROJECT not in sys.path:
     sys.path.insert(0, PROJECT)
 
 import numpy as np  # noqa: E402
@@ -92,7 +93,7 @@ def main() -> int:
 def run_compiler(compile_fx, impl, inputs):
     import torch
 
-    from fuzzkit.graphs import bound, build
+    from targets.compiler.graphs import bound, build
 
     graph, dtype = inputs["graph"], inputs["dtype"]
     tdtype = getattr(torch, dtype)

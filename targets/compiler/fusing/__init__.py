@@ -1,4 +1,5 @@
-"""An in-project fusing compiler for fuzzkit graphs (fx GraphModules over fuzzkit.graphs.ops).
+"""An in-project fusing compiler for the compiler target's graphs (fx GraphModules over
+:mod:`targets.compiler.graphs.ops`).
 
 :mod:`.partition` groups elementwise chains (optionally ending in a last-dim reduction),
 :mod:`.codegen` writes one Triton kernel per group, :mod:`.runtime` runs the rest eagerly.

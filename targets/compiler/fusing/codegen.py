@@ -8,19 +8,23 @@ tensors it reads), optionally ending in one last-dim reduction.  The generated k
   ``sum_d i_d * stride_d`` where the strides are those of the leaf *broadcast to the full shape*,
   computed on the host at launch time: a broadcast dimension has stride 0 and a permuted
   (non-contiguous) leaf keeps its real strides, so neither needs a copy;
-* evaluates the expression tree in float32 registers (one temp per node, from
-  :data:`TEMPLATES`);
+* evaluates the expression tree in float32 registers (one temp per node, its expression the
+  op's template from its record in :mod:`targets.compiler.graphs.ops`);
 * stores float32 (the host rounds to the case dtype with torch, which rounds to nearest even --
   the Triton interpreter truncates float32 -> bfloat16 casts);
 * for a reduction group: a tile of ``ROWS`` rows x ``BLOCK = next_pow2(n)`` columns per program,
-  masked columns set to the reduction's identity, a float32 accumulator, ``mean`` divided by n.
+  masked columns set to the reduction's identity, a float32 accumulator, ``mean`` divided by n
+  (the record's ``reduction_body``).
 
 Under the interpreter every program costs milliseconds, so elementwise blocks cover up to 4096
 elements and reduction tiles up to 4096 cells: most groups are one program.
 
-The text templates are module constants on purpose: :mod:`targets.compiler.mutants` makes each
-miscompile by replacing exactly one line of this file (``fuzzkit.kernel_mutation``), and
-:func:`compile_group` is looked up by the runtime at call time, so a mutant swaps it.
+This module holds only the kernel assembly, none of the ops' own text: an op's lowering is its
+record's, looked up as ``ops.OPS[op]`` each time an expression is written.  The assembly lines are
+module constants on purpose: :mod:`targets.compiler.mutants` makes each miscompile by replacing
+exactly one line of a file (:func:`fuzzkit.mutants.source_edit`) -- of this one for the assembly,
+swapping :func:`compile_group` (looked up by the runtime at call time), or of the records' file
+for an op's template, swapping ``ops.OPS`` (looked up here at call time).
 """
 
 from __future__ import annotations
@@ -34,52 +38,9 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 from fuzzkit import triton_support
+from targets.compiler.graphs import ops
 
 triton_support.prepare()
-
-#: One float32 expression per elementwise op; ``{a}``, ``{b}``, ``{c}``, ``{d}`` are operand
-#: temps, other fields come from attrs.  NaN-propagating forms where torch propagates NaN.
-TEMPLATES: dict[str, str] = {
-    "abs": "tl.abs({a})",
-    "neg": "(-{a})",
-    "exp": "tl.exp({a})",
-    "log": "tl.log({a})",
-    "sqrt": "tl.sqrt({a})",
-    "rsqrt": "(1.0 / tl.sqrt({a}))",
-    "sigmoid": "(1.0 / (1.0 + tl.exp(-{a})))",
-    "relu": "tl.where({a} < 0.0, 0.0, {a})",
-    "gelu": "(0.5 * {a} * (1.0 + tl.erf({a} * 0.7071067811865476)))",
-    "sin": "tl.sin({a})",
-    "cos": "tl.cos({a})",
-    "reciprocal": "(1.0 / {a})",
-    "add": "({a} + {b})",
-    "sub": "({a} - {b})",
-    "mul": "({a} * {b})",
-    "div": "({a} / {b})",
-    "maximum": "tl.where({a} != {a}, {a}, tl.where({a} > {b}, {a}, {b}))",
-    "minimum": "tl.where({a} != {a}, {a}, tl.where({a} < {b}, {a}, {b}))",
-    "where_gt": "tl.where({a} > {b}, {c}, {d})",
-    "add_scalar": "({a} + {value})",
-}
-
-#: Clamp bounds, one line each (``None`` bound: that side is left out).
-CLAMP_MIN = "tl.where({a} < {lo}, {lo}, {a})"
-CLAMP_MAX = "tl.where({a} > {hi}, {hi}, {a})"
-
-#: pow with a scalar exponent: small integer powers by repeated multiplication, square roots.
-POW_TEMPLATES: dict[float, str] = {
-    0.0: "tl.where({a} == {a}, 1.0, 1.0)",  # x**0 is 1 for NaN and Inf too
-    1.0: "({a})",
-    2.0: "({a} * {a})",
-    3.0: "({a} * {a} * {a})",
-    -1.0: "(1.0 / {a})",
-    -2.0: "(1.0 / ({a} * {a}))",
-    0.5: "tl.sqrt({a})",
-    1.5: "({a} * tl.sqrt({a}))",
-    -0.5: "(1.0 / tl.sqrt({a}))",
-}
-
-REDUCTIONS = ("sum", "mean", "amax", "amin")
 
 HEADER = [
     "import triton",
@@ -109,20 +70,6 @@ REDUCTION_PROLOGUE = [
     "    mask = (rows < R) & cmask",
     "    flat = rows * N + cols",
 ]
-
-REDUCTION_BODY: dict[str, list[str]] = {
-    "sum": ["    acc = tl.sum(tl.where(mask, {src}, 0.0), axis=1)"],
-    "mean": ["    acc = tl.sum(tl.where(mask, {src}, 0.0), axis=1) / N"],
-    # torch.amax/amin propagate NaN; Triton's max/min reductions do not promise to (a NaN row
-    # came back as its largest number: found by fuzzing with special values), so a row that
-    # holds a NaN is set to NaN explicitly
-    "amax": ["    vals = tl.where(mask, {src}, float('-inf'))",
-             "    acc = tl.max(vals, axis=1)",
-             "    acc = tl.where(tl.max((vals != vals).to(tl.int32), axis=1) > 0, float('nan'), acc)"],
-    "amin": ["    vals = tl.where(mask, {src}, float('inf'))",
-             "    acc = tl.min(vals, axis=1)",
-             "    acc = tl.where(tl.max((vals != vals).to(tl.int32), axis=1) > 0, float('nan'), acc)"],
-}
 
 REDUCTION_EPILOGUE = [
     "    tl.store(out_ptr + r1, acc, mask=r1 < R)",
@@ -191,20 +138,17 @@ def _offset(j: int, rank: int, broadcast: bool) -> str:
 
 
 def _expr(op: str, args: list[str], attrs: dict[str, Any]) -> str:
-    names = dict(zip("abcd", args))
-    if op == "clamp":
-        expr = args[0]
-        lo, hi = attrs.get("min"), attrs.get("max")
-        if lo is not None:
-            expr = CLAMP_MIN.format(a=expr, lo=_literal(lo))
-        if hi is not None:
-            expr = CLAMP_MAX.format(a=expr, hi=_literal(hi))
-        return expr
-    if op == "pow":
-        return POW_TEMPLATES[float(attrs["exponent"])].format(**names)
-    scalars = {k: _literal(v) for k, v in attrs.items()
-               if isinstance(v, (int, float)) and not isinstance(v, bool)}
-    return TEMPLATES[op].format(**names, **scalars)
+    """The float32 expression of elementwise ``op`` on operand temps ``args``, from the op's
+    record (KeyError: the record has no lowering for these attrs)."""
+    spec = ops.OPS[op]
+    fields = dict(zip("abcd", args))
+    fields.update({k: _literal(v) for k, v in attrs.items()
+                   if isinstance(v, (int, float)) and not isinstance(v, bool)})
+    if spec.builder is not None:
+        return spec.builder(spec.cases, fields, attrs)
+    if spec.template is None:
+        raise KeyError(f"{op} has no fusing template")
+    return spec.template.format(**fields)
 
 
 def _literal(value: Any) -> str:
@@ -215,15 +159,12 @@ def _literal(value: Any) -> str:
 
 
 def supported(op: str, attrs: dict[str, Any]) -> bool:
-    """Whether the elementwise op (with these attrs) has a template."""
-    if op == "clamp":
-        return True
-    if op == "pow":
-        try:
-            return float(attrs.get("exponent")) in POW_TEMPLATES
-        except (TypeError, ValueError):
-            return False
-    return op in TEMPLATES
+    """Whether the elementwise op (with these attrs) has a template: its expression builds."""
+    try:
+        _expr(op, ["a", "b", "c", "d"], attrs)
+    except (KeyError, TypeError, ValueError, IndexError):
+        return False
+    return True
 
 
 def kernel_source(spec: GroupSpec, name: str = "fused_kernel") -> tuple[str, dict[str, int]]:
@@ -278,7 +219,8 @@ def kernel_source(spec: GroupSpec, name: str = "fused_kernel") -> tuple[str, dic
     else:
         red_arg = spec.nodes[-1][2][0]
         src = temp[red_arg]
-        lines += [line.format(src=src) for line in REDUCTION_BODY[spec.reduction]]
+        body = ops.OPS[spec.reduction].reduction_body
+        lines += ["    " + line.format(src=src) for line in body]
         lines += REDUCTION_EPILOGUE
     return "\n".join(lines) + "\n", consts
 

@@ -7,7 +7,9 @@ disappears inside a group).  Groups are therefore expression trees with one resu
 inputs are allowed (the leaves are loaded at broadcast strides).  A reduction over the last
 dimension (sum/mean/amax/amin) closes a group: it joins its producer's open group under the same
 rule, or starts a group of its own.  Everything else -- matmul, softmax, layout ops, other
-reductions, unsupported attrs -- runs eagerly.
+reductions, unsupported attrs -- runs eagerly.  Which ops may fuse, and how, is each op's record
+(``fusing`` and its template in :mod:`targets.compiler.graphs.ops`), looked up by op name through
+``ops.OPS`` at call time like codegen does, so both see the records a mutant puts in force.
 """
 
 from __future__ import annotations
@@ -18,20 +20,15 @@ from typing import Any, Optional
 import torch.fx
 
 from targets.compiler.fusing import codegen
+from targets.compiler.graphs import ops
 
 
 def op_name(node: torch.fx.Node) -> str:
-    """The fuzzkit.graphs.ops name of a call_function node (by its target function)."""
+    """The op name of a call_function node (by its target function); the function's own name
+    for a call the graph catalogue does not know."""
     target = node.target
-    try:
-        from fuzzkit.graphs import ops
-
-        for name, spec in ops.OPS.items():  # pragma: no branch - graph nodes call fuzzkit.graphs.ops functions
-            if getattr(spec, "torch_fn", None) is target:
-                return name
-    except ImportError:  # pragma: no cover - graphs package not there yet
-        pass
-    return getattr(target, "__name__", str(target))
+    name = ops.op_of(target)
+    return name if name is not None else getattr(target, "__name__", str(target))
 
 
 def attrs_of(node: torch.fx.Node) -> dict[str, Any]:
@@ -50,8 +47,10 @@ def shape_of(node: torch.fx.Node) -> tuple[int, ...]:
 
 
 def last_dim_reduction(node: torch.fx.Node, op: str) -> bool:
-    """A sum/mean/amax/amin over exactly the last dimension of its single input."""
-    if op not in codegen.REDUCTIONS:
+    """A sum/mean/amax/amin (an op whose record fuses it as a reduction) over exactly the last
+    dimension of its single input."""
+    spec = ops.OPS.get(op)
+    if spec is None or spec.fusing != "reduction":
         return False
     args = tensor_args(node)
     if len(args) != 1 or len(node.args) != 1:
@@ -74,14 +73,9 @@ def fusible_elementwise(node: torch.fx.Node, op: str) -> bool:
         return False  # pragma: no cover - defensive: partition() asks about call_function nodes only
     if any(not isinstance(a, torch.fx.Node) for a in node.args):
         return False  # pragma: no cover - graph JSON passes scalars as keyword attrs, never positionally
-    try:
-        from fuzzkit.graphs import ops
-
-        spec = ops.OPS.get(op)
-        if spec is not None and getattr(spec, "kind", "elementwise") != "elementwise":
-            return False
-    except ImportError:  # pragma: no cover - fuzzkit.graphs ships with fuzzkit
-        pass
+    spec = ops.OPS.get(op)
+    if spec is None or spec.fusing != "elementwise":
+        return False
     return codegen.supported(op, attrs_of(node))
 
 

@@ -67,8 +67,8 @@ class FusedProgram:
 
 def compile_fx(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.Tensor]
                ) -> FusedProgram:
-    """Compile ``gm`` (call_function targets from fuzzkit.graphs.ops) for inputs shaped like
-    ``example_inputs``; one call = one compile (counted)."""
+    """Compile ``gm`` (call_function targets from :mod:`targets.compiler.graphs.ops`) for inputs
+    shaped like ``example_inputs``; one call = one compile (counted)."""
     from targets.compiler import count_compile
 
     count_compile()

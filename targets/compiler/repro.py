@@ -3,7 +3,7 @@
 :func:`write_repro` writes ``repro_<case_id>.py`` next to a minimized case file.  The script
 loads the case (``fuzzkit.case.load``), checks it against the target's resource limits and
 ``validate`` (exit 2 when refused), rebuilds the window graph as an fx GraphModule
-(``fuzzkit.graphs.build.to_graph_module``), compiles it with the named built-in compiler
+(``targets.compiler.graphs.build.to_graph_module``), compiles it with the named built-in compiler
 (:data:`targets.compiler.COMPILERS`), runs the float64 reference, prints the max error of each
 output against its bound and the verdict, and exits 1 when the bug reproduces (0 when it does
 not, 2 when it cannot run).  Mutants are in-process patches, so ``--mutant NAME`` applies one of
@@ -15,7 +15,7 @@ registered from outside, the script runs the target's own implementation and ora
 
 The script is code that someone runs; the case and the bisection result are data that came from
 a file.  So every value taken from them -- target, implementation, first node, op, window,
-signature, case file name, and the project path -- goes into the script as *one* ASCII JSON
+signature and case file name -- goes into the script as *one* ASCII JSON
 string literal (``META = json.loads("...")``), parsed when it runs; the docstring and comments
 are fixed text.  An implementation name selects among the target's registered implementations
 (:meth:`fuzzkit.target.Target.implementation`), never a module to import.
@@ -59,8 +59,9 @@ META = json.loads('''
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 HERE = Path(__file__).resolve().parent
 CASE = HERE / Path(str(META["case_file"])).name
-PROJECT = META.get("project")  # where fuzzkit lives, if it is not installed
-if isinstance(PROJECT, str) and PROJECT and PROJECT not in sys.path:
+# fuzzkit installed, or the checkout this script lies in (corpus/<target>/regressions/)
+PROJECT = next((str(p) for p in HERE.parents if (p / "fuzzkit" / "__init__.py").is_file()), None)
+if PROJECT and PROJECT not in sys.path:
     sys.path.insert(0, PROJECT)
 
 import numpy as np  # noqa: E402
@@ -130,7 +131,7 @@ def main() -> int:
 def run_compiler(compile_fx, impl, inputs):
     import torch
 
-    from fuzzkit.graphs import bound, build
+    from targets.compiler.graphs import bound, build
 
     graph, dtype = inputs["graph"], inputs["dtype"]
     tdtype = getattr(torch, dtype)
@@ -219,7 +220,6 @@ def write_repro(
         "window": list(window or []),
         "signature": signature,
         "case_file": case_path.name,
-        "project": str(Path(__file__).resolve().parent.parent.parent),
     }
     atomic_write_text(script, render(meta))
     script.chmod(0o755)

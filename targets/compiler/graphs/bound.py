@@ -59,13 +59,13 @@ Any summation order is covered by ``gamma_n``.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
 import torch
 
-from .ops import LAYER_NORM_EPS, OPS, reduced_dims
+from .error_rules import FLUSH, U32, Operands
+from .ops import OPS
 
 __all__ = [
     "UNIT_ROUNDOFF",
@@ -80,11 +80,7 @@ __all__ = [
     "representable",
 ]
 
-U32 = 2.0**-24
 UNIT_ROUNDOFF = {"float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8}
-#: The smallest normal float32: a float32 result below it may be flushed to zero (CPU kernels
-#: run with flush-to-zero / denormals-are-zero, e.g. oneDNN's bfloat16 matmul).
-FLUSH = 2.0**-126
 # absolute underflow allowance per op: a few half-subnormal spacings of the dtype and of float32,
 # and one flushed float32 result
 _ETA = {
@@ -100,34 +96,18 @@ LARGEST_FINITE = {
 #: Half the largest finite value of the dtype (float32 for the compute): beyond it a result may
 #: overflow in some evaluation order.
 _OVERFLOW = {k: 0.5 * v for k, v in LARGEST_FINITE.items()}
-LAYOUT_OPS = frozenset(
-    {"reshape", "permute", "transpose", "expand", "unsqueeze", "squeeze", "cat", "index_select"}
-)
+#: Ops whose values are bit copies of their inputs (the records' ``copies``).
+LAYOUT_OPS = frozenset(n for n, s in OPS.items() if s.copies)
 #: Ops whose result is one of their operands' values (or a clamp bound), never a new rounding:
-#: exact where everything they select from is exact.
-SELECTION_OPS = frozenset(
-    {"abs", "neg", "relu", "clamp", "maximum", "minimum", "where_gt", "amax", "amin"}
-)
+#: exact where everything they select from is exact (the records' ``selects``).
+SELECTION_OPS = frozenset(n for n, s in OPS.items() if s.selects)
 _INF = np.inf
-
-
-def _gamma(n: float) -> float:
-    t = n * U32
-    return t / (1.0 - t) if t < 1 else math.inf
 
 
 def _dtype_name(dtype: Any) -> str:
     if isinstance(dtype, torch.dtype):
         return str(dtype).replace("torch.", "")
     return str(dtype)
-
-
-def _red(fn: Any, a: np.ndarray, dim: int | tuple[int, ...]) -> np.ndarray:
-    return fn(a, axis=dim, keepdims=True)
-
-
-def _unkeep(a: np.ndarray, dim: Any, keepdim: bool) -> np.ndarray:
-    return a if keepdim else np.squeeze(a, axis=dim)
 
 
 def representable(y: np.ndarray, dtype: str) -> np.ndarray:
@@ -147,170 +127,34 @@ def node_bound(
     dtype: str,
     same_operands: bool = False,
 ) -> np.ndarray:
-    """Error bound of one node's output (see the module docstring).  ``same_operands``: the
-    node compares one value with itself (``where_gt(a, a, c, d)``), which every evaluation
-    decides the same way (``a > a`` is false, NaN included)."""
+    """Error bound of one node's output (see the module docstring), from its op's error rule.
+    ``same_operands``: the node compares one value with itself (``where_gt(a, a, c, d)``), which
+    every evaluation decides the same way (``a > a`` is false, NaN included)."""
+    spec = OPS[op]
     u = UNIT_ROUNDOFF[dtype]
     eta = _ETA[dtype]
     ay = np.abs(y)
     with np.errstate(all="ignore"):
-        if op in LAYOUT_OPS:
-            t = [torch.from_numpy(np.array(e, dtype=np.float64, order="C")) for e in es]
-            return OPS[op].torch_fn(*t, **attrs).contiguous().numpy().copy()
-        prop, comp = _prop_comp(op, attrs, xs, es, y, ay, u, same_operands)
+        operands = Operands(xs, es, y, ay, u, attrs, same_operands, spec.torch_fn)
+        prop, comp = spec.error(operands)
+        if spec.copies:  # bit copies: the moved input errors, nothing computed or rounded
+            return prop
         prop = np.where(np.isnan(prop), _INF, prop)
         comp = np.where(np.isnan(comp), _INF, comp)
         tot = prop + comp
         rounding = u * (ay + tot) + eta
-        if op in SELECTION_OPS:
+        if spec.selects:
             # the result is one of the operands (or a clamp bound): exact operands give an
             # exact result wherever it is a value of the dtype -- nothing to round
             rounding = np.where((tot == 0) & representable(y, dtype), 0.0, rounding)
         return tot + rounding
 
 
-def _prop_comp(op, attrs, xs, es, y, ay, u, same_operands=False):
-    x = xs[0]
-    e = es[0]
-    ax = np.abs(x)
-    if op in ("abs", "neg", "relu", "clamp"):
-        return e, np.zeros_like(ay)
-    if op == "add_scalar":
-        return e, U32 * ay
-    if op == "exp":
-        prop = np.exp(x) * np.expm1(e)
-        return prop, (4 + 2 * ax) * U32 * (ay + prop)
-    if op == "log":
-        prop = np.where(x - e > 0, -np.log1p(-e / x), _INF)
-        return prop, 4 * U32 * (ay + prop) + 4 * U32
-    if op == "sqrt":
-        prop = np.sqrt(x) - np.sqrt(np.maximum(x - e, 0.0))
-        return prop, 2 * U32 * (ay + prop)
-    if op == "rsqrt":
-        prop = np.where(x - e > 0, 1 / np.sqrt(np.maximum(x - e, 1e-300)) - 1 / np.sqrt(x), _INF)
-        return prop, (4 * U32 + u) * (ay + prop)  # 1/sqrt(x) with a dtype rounding of sqrt
-    if op == "tanh":
-        prop = np.minimum(e, 2.0)
-        return prop, 4 * U32 * (ay + prop + 1)
-    if op == "sigmoid":
-        prop = np.minimum(e / 4, 1.0)
-        return prop, ((4 + ax) * U32 + u) * (ay + prop) + 2 * U32
-    if op == "gelu":
-        prop = 1.13 * e
-        return prop, 8 * U32 * (ay + prop + ax + e + 1)
-    if op in ("sin", "cos"):
-        prop = np.minimum(e, 2.0)
-        return prop, 8 * U32 * (ay + prop + 1)
-    if op == "reciprocal":
-        prop = np.where(ax > e, e / (ax * (ax - e)), _INF)
-        return prop, 2 * U32 * (ay + prop)
-    if op == "pow":
-        p = float(attrs["exponent"])
-        if p == math.floor(p) and p >= 0:
-            prop = np.abs((ax + e) ** p - ax**p)
-            base = ax
-        elif p == math.floor(p):  # a negative power grows fastest towards 0
-            prop = np.where(ax > e, np.abs(np.maximum(ax - e, 1e-300) ** p - ax**p), _INF)
-            base = ax
-        else:
-            lo = x - e
-            up = np.abs((x + e) ** p - x**p)
-            down = np.where(lo >= 0, np.abs(x**p - np.maximum(lo, 0.0) ** p), _INF)
-            prop = np.maximum(up, down)
-            base = x
-        c = 4 + 2 * np.abs(p * np.log(np.maximum(base, 1e-300)))
-        c = np.where(base > 0, c, 4.0)
-        # eager low-precision kernels may evaluate x**3 as (x*x)*x with a dtype rounding in between
-        return prop, (c * U32 + 2 * u) * (ay + prop)
-    if op in ("add", "sub", "mul", "div", "maximum", "minimum"):
-        b, eb = xs[1], es[1]
-        ab = np.abs(b)
-        if op in ("add", "sub"):
-            prop = e + eb
-            return prop, U32 * (ay + prop)
-        if op == "mul":
-            prop = ax * eb + ab * e + e * eb
-            return prop, U32 * (ay + prop)
-        if op == "div":
-            prop = np.where(ab > eb, (e * ab + ax * eb) / (ab * (ab - eb)), _INF)
-            return prop, 2 * U32 * (ay + prop)
-        prop = np.maximum(e, eb)
-        return np.broadcast_to(prop, y.shape), np.zeros_like(ay)
-    if op == "where_gt":
-        a, b, c, d = xs
-        ea, eb, ec, ed = es
-        # a comparison is uncertain where the operands' error intervals touch; exactly known
-        # operands (no error, e.g. graph inputs) and a value compared with itself are decided
-        # exactly: a tie there is a tie, and ``a > a`` is false in every evaluation
-        uncertain = (np.abs(a - b) <= ea + eb) & (ea + eb > 0) & (not same_operands)
-        prop = np.where(uncertain, np.abs(c - d) + np.maximum(ec, ed), np.where(a > b, ec, ed))
-        return np.broadcast_to(prop, y.shape), np.zeros_like(ay)
-    if op in ("matmul", "bmm"):
-        b, eb = xs[1], es[1]
-        ab = np.abs(b)
-        prop = ax @ eb + e @ ab + e @ eb
-        k = x.shape[-1]
-        return prop, _gamma(k) * ((ax + e) @ (ab + eb)) + k * FLUSH
-    if op in ("sum", "mean", "amax", "amin"):
-        dim, keep = reduced_dims(attrs["dim"], x.ndim), attrs["keepdim"]
-        n = math.prod(x.shape[d] for d in dim)
-        if op in ("amax", "amin"):
-            return _unkeep(_red(np.max, e, dim), dim, keep), np.zeros_like(ay)
-        prop = _red(np.sum, e, dim)
-        comp = _gamma(n) * _red(np.sum, ax + e, dim) + n * FLUSH
-        if op == "mean":
-            prop = prop / n
-            comp = comp / n
-            comp = comp + 2 * U32 * (np.abs(_red(np.mean, x, dim)) + prop)
-        return _unkeep(prop, dim, keep), _unkeep(comp, dim, keep)
-    if op == "cumsum":
-        dim = attrs["dim"]
-        n = x.shape[dim]
-        prop = np.cumsum(e, axis=dim)
-        return prop, _gamma(n) * np.cumsum(ax + e, axis=dim) + n * FLUSH
-    if op == "softmax":
-        dim = attrs["dim"]
-        n = x.shape[dim]
-        big_e = _red(np.max, e, dim)
-        prop = ay * np.expm1(2 * big_e)
-        m = _red(np.max, x, dim)
-        comp = ((12 + 3 * np.abs(x - m) + 2 * big_e) * u + (n + 4) * U32) * (ay + prop)
-        return prop, comp
-    if op == "log_softmax":
-        dim = attrs["dim"]
-        n = x.shape[dim]
-        big_e = _red(np.max, e, dim)
-        prop = e + big_e
-        m = _red(np.max, x, dim)
-        lse = x - y
-        spread = _red(np.max, np.abs(x - m), dim)
-        comp = u * (2 * ax + 2 * np.abs(lse) + ay + 8 + spread + 3 * big_e) + U32 * (n + 4)
-        return prop, comp
-    if op == "layer_norm":
-        dim = attrs["dim"]
-        n = x.shape[dim]
-        big_e = _red(np.max, e, dim)
-        mu = _red(np.mean, x, dim)
-        var = _red(np.mean, (x - mu) ** 2, dim)
-        sig = np.sqrt(var + LAYER_NORM_EPS)
-        den = sig - big_e
-        prop = np.where(den > 0, (e + big_e + ay * big_e) / np.maximum(den, 1e-300), _INF)
-        mag = ax + e
-        err_mu = _gamma(n) * _red(np.mean, mag, dim) + u * _red(np.mean, mag, dim)
-        m2 = _red(np.mean, mag**2, dim)
-        err_var = ((n + 8) * U32 + 4 * u) * m2 + 2 * (np.abs(mu) + big_e) * err_mu
-        rel_sig = err_var / (2 * np.maximum(den, 1e-300) ** 2) + 3 * u
-        comp = (u * (np.abs(x - mu) + e) + err_mu) / np.maximum(den, 1e-300) + (ay + prop) * rel_sig
-        comp = np.where((den > 0) & (rel_sig < 0.25), comp * (1 + 2 * rel_sig), _INF)
-        return prop, comp
-    raise KeyError(f"no error rule for op {op!r}")
-
-
 def _partial_magnitude(op: str, attrs: dict, xs: list[np.ndarray], y: np.ndarray) -> np.ndarray:
-    """How large an op's partial results can get on the way to ``y`` (per output element):
-    ``sum |x|`` for sums, means and scans, ``|A| |B|`` for matmul, ``sum x^2`` for layer_norm's
-    variance.  A mean of huge values is in range while its running sum is not."""
-    if op not in ("sum", "mean", "cumsum", "matmul", "bmm", "layer_norm"):
+    """How large an op's partial results can get on the way to ``y`` (per output element), by
+    its record's partial-magnitude rule; zero for ops without partial results."""
+    spec = OPS[op]
+    if spec.partial is None:
         return np.zeros(y.shape)
     with np.errstate(all="ignore"):
         # finite inputs only: two huge finite terms can overflow a float32 running sum to inf
@@ -319,48 +163,21 @@ def _partial_magnitude(op: str, attrs: dict, xs: list[np.ndarray], y: np.ndarray
             torch.from_numpy(np.where(np.isfinite(x), np.abs(np.asarray(x, np.float64)), 0.0))
             for x in xs
         ]
-        if op == "mean":
-            total = OPS["sum"].torch_fn(*t, **attrs).numpy()
-        elif op == "layer_norm":
-            total = (t[0] * t[0]).sum(dim=attrs["dim"], keepdim=True).numpy()
-        else:
-            total = OPS[op].torch_fn(*t, **attrs).numpy()
+        total = spec.partial(t, attrs, spec.torch_fn)
     return np.broadcast_to(total, y.shape)
 
 
 def dependents(
     op: str, attrs: dict, masks: list[np.ndarray], xs: list[np.ndarray], y: np.ndarray
 ) -> np.ndarray:
-    """Which output elements of a node read at least one masked input element: elementwise ops
-    element by element (broadcasting), layout ops move the mask with the values, reductions
-    and row-wise ops (softmax, log_softmax, layer_norm) along their dim, cumsum from the masked
-    element on, matmul along rows of A and columns of B."""
+    """Which output elements of a node read at least one masked input element, by its record's
+    dependency rule (elementwise ops element by element, layout ops move the mask with the
+    values, reductions and row-wise ops along their dim, cumsum from the masked element on,
+    matmul along rows of A and columns of B)."""
     if not any(np.any(m) for m in masks):
         return np.zeros(y.shape, dtype=bool)
     spec = OPS[op]
-    if spec.kind == "elementwise":
-        out = np.zeros(y.shape, dtype=bool)
-        for m in masks:
-            out = out | np.broadcast_to(m, y.shape)
-        return out
-    if op in LAYOUT_OPS:
-        t = [torch.from_numpy(np.array(m, dtype=np.float64, order="C")) for m in masks]
-        return OPS[op].torch_fn(*t, **attrs).contiguous().numpy() > 0
-    m = masks[0]
-    if op in ("sum", "mean", "amax", "amin"):
-        dims = reduced_dims(attrs["dim"], m.ndim)
-        return np.broadcast_to(
-            _unkeep(np.any(m, axis=dims, keepdims=True), dims, attrs["keepdim"]), y.shape
-        )
-    if op in ("softmax", "log_softmax", "layer_norm"):
-        return np.broadcast_to(np.any(m, axis=attrs["dim"], keepdims=True), y.shape)
-    if op == "cumsum":
-        return np.logical_or.accumulate(m, axis=attrs["dim"])
-    if op in ("matmul", "bmm"):
-        a = masks[0].astype(np.float64)
-        b = masks[1].astype(np.float64)
-        return (a @ np.ones(xs[1].shape) + np.ones(xs[0].shape) @ b) > 0
-    raise KeyError(f"no dependency rule for op {op!r}")
+    return spec.reads(masks, xs, y, attrs, spec.torch_fn)
 
 
 def error_bounds(
@@ -368,7 +185,7 @@ def error_bounds(
 ) -> dict[str, np.ndarray]:
     """Absolute error bound of every input (0: inputs are exact in the dtype) and node, elementwise,
     for a run of ``graph`` in ``dtype`` against the float64 ``intermediates``
-    (:func:`fuzzkit.graphs.build.run_reference`).
+    (:func:`.build.run_reference`).
 
     NaN marks an element that is not judged at all: it may overflow (see the module docstring),
     or it reads (through :func:`dependents`) an element that may; every other element of the
@@ -387,7 +204,8 @@ def error_bounds(
         masks = [unjudged[a] for a in n["args"]]
         # unjudged input elements only feed unjudged output elements: bound the rest as usual
         es = [np.where(m, 0.0, out[a]) for a, m in zip(n["args"], masks)]
-        same = n["op"] == "where_gt" and n["args"][0] == n["args"][1]
+        # a comparison of one value with itself: every evaluation decides it the same way
+        same = OPS[n["op"]].compares and n["args"][0] == n["args"][1]
         b = np.broadcast_to(node_bound(n["op"], n["attrs"], xs, es, y, dt, same), y.shape)
         with np.errstate(invalid="ignore", over="ignore"):
             # a finite value that (with its error, or a partial result on the way) may leave

@@ -1,27 +1,46 @@
-"""Operator catalogue of the compiler-graph fuzzer.
+"""Operator catalogue of the compiler-graph fuzzer: one record (:class:`OpSpec`) per op.
 
-Every op is an :class:`OpSpec`:
+An op's whole contract lives in its record, so adding or changing an op is one entry in
+:data:`OPS` and nothing else dispatches on op names:
 
-* ``shape_rule(in_shapes, attrs) -> (constraints, out_shape)`` — NNSmith-style: ``in_shapes`` are
-  lists of z3 integer expressions (symbolic dims), the rule returns the z3 constraints under which
-  the op is well formed and the symbolic output shape (fresh z3 variables where the output dim is
-  a new unknown, e.g. reshape / expand / index_select / broadcast results).
-* ``sample_attrs(chooser, in_ranks) -> attrs | None`` — attribute draws that only depend on ranks
-  (``None``: the op does not apply to operands of these ranks).  Attributes that need concrete
-  dims (reshape's and expand's target ``shape``, index_select's ``index``) are filled in by the
-  generator after the shapes are solved; ``finalize_attrs`` does that.
-* ``torch_fn`` — a module-level function of this module (stable import path
-  ``fuzzkit.graphs.ops.<name>`` for fx graphs, repros and ``fx_minifier``); attrs are its kwargs.
-* ``domain`` — what the op needs from its inputs: ``"positive"`` (log, sqrt, rsqrt, fractional
-  pow) or ``"nonzero"`` (reciprocal, div's denominator) for the argument positions
-  ``domain_args(attrs)``; the generator inserts guard nodes so this always holds.
-* ``error`` — the key of the error rule in :mod:`fuzzkit.graphs.bound`.
-* ``attributes`` — the public attributes a node of this op carries, each an :class:`Attr`
-  (its kind and range), and ``infer(in_shapes, attrs) -> out_shape`` — the concrete shape rule
-  on plain Python ints, which raises :class:`SpecError` (one line) where the op is not well
-  formed (a dim out of range, shapes that do not broadcast, ...).  Together they are what a
-  graph from a file may say: :func:`fuzzkit.graphs.build.graph_shapes` checks every node
-  against them without allocating anything (validation, resource limits).
+* ``torch_fn`` -- a module-level function of this module (stable import path
+  ``targets.compiler.graphs.ops.<name>`` for fx graphs, repros and ``fx_minifier``); attrs are
+  its kwargs.  The float64 reference and eager runs call it.
+* **shape rules** -- ``shape_rule(in_shapes, attrs) -> (constraints, out_shape)``, NNSmith style:
+  ``in_shapes`` are lists of z3 integer expressions (symbolic dims), the rule returns the z3
+  constraints under which the op is well formed and the symbolic output shape (fresh z3 variables
+  where the output dim is a new unknown, e.g. reshape / expand / index_select / broadcast
+  results); and ``infer(in_shapes, attrs) -> out_shape``, the concrete rule on plain Python ints,
+  which raises :class:`SpecError` (one line) where the op is not well formed.
+* **attributes** -- ``attributes``: the public attributes a node carries, each an :class:`Attr`
+  (its kind and range); ``sample_attrs(chooser, in_ranks) -> attrs | None``: attribute draws that
+  only depend on ranks (None: the op does not apply to operands of these ranks); ``finalize``
+  fills the attributes that need concrete dims once shapes are solved (reshape's and expand's
+  ``shape``, index_select's ``index``).  Attributes and ``infer`` are what a graph from a file may
+  say: :func:`targets.compiler.graphs.build.graph_shapes` checks every node against them without
+  allocating anything (validation, resource limits).
+* **input domain** -- ``domain``: ``"positive"`` (log, sqrt, rsqrt, fractional pow) or
+  ``"nonzero"`` (reciprocal, div's denominator) for the argument positions ``domain_args(attrs)``;
+  the generator inserts guard nodes so this always holds; ``interval``: the op's value-range rule
+  (:mod:`.intervals`), from which those guards are placed.
+* **error rule** -- ``error`` (the op's propagated and computed float error), ``reads`` (which
+  output elements read which input elements) and ``partial`` (how large partial results get):
+  :mod:`.error_rules`, applied by :mod:`.bound`; ``selects`` (the result is one of the operands:
+  exact stays exact) and ``copies`` (layout: bit copies, nothing rounded) refine the model.
+* **fusing** -- how the in-project fusing compiler (:mod:`targets.compiler.fusing`) lowers the
+  op, and the Triton text it lowers it to: ``"elementwise"`` (one float32 expression in a
+  generated kernel: ``template``, whose ``{a}``..``{d}`` are the operand temps and any other field
+  an attr's literal; or, for an expression put together from the attrs, ``builder`` over the
+  record's ``cases``: pow's form per exponent, clamp's per bound), ``"reduction"`` (a last-dim
+  reduction closing a kernel: ``reduction_body``, the lines that reduce the tile ``{src}`` into
+  ``acc``) or None (run eagerly; no template).  Codegen keeps only the kernel assembly and reads
+  the record through :data:`OPS` each time it writes an expression, so the compiler's miscompile
+  mutants that edit one template line of *this* file (a private copy of it, swapped in for
+  ``OPS``) take effect; such a copy keeps this module's torch functions (:func:`_torch_fn`), so
+  fx graphs, repros and :func:`op_of` see one function per op whichever records are in force.
+  ``tests/test_graph_ops.py`` checks that template, torch function and reference agree.
+
+:func:`missing_parts` says what a record lacks (nothing, for every op: the test asserts it).
 
 Choosers: ``sample_attrs`` accepts a NumPy ``Generator``, a Hypothesis ``data.draw`` callable or a
 :class:`Chooser`; :func:`as_chooser` normalises them.
@@ -32,12 +51,19 @@ from __future__ import annotations
 import builtins as _b
 import math
 import numbers
+import string
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import torch
 import z3
+
+# absolute imports: a miscompile mutant imports a private copy of this file, outside the package
+from targets.compiler.graphs import error_rules as er
+from targets.compiler.graphs import intervals as iv
+from targets.compiler.graphs.common import LAYER_NORM_EPS, MAX_RANK, reduced_dims
 
 __all__ = [
     "OpSpec",
@@ -47,12 +73,13 @@ __all__ = [
     "Chooser",
     "as_chooser",
     "fresh_dim",
+    "missing_parts",
+    "op_of",
+    "reduced_dims",
+    "FUSING",
     "LAYER_NORM_EPS",
     "MAX_RANK",
 ]
-
-LAYER_NORM_EPS = 1e-5
-MAX_RANK = 4
 
 
 # ----------------------------------------------------------------------------------------------
@@ -358,15 +385,6 @@ def _rule_matmul(shapes, attrs):
 def _rule_bmm(shapes, attrs):
     a, b = shapes
     return [a[0] == b[0], a[2] == b[1]], [a[0], a[1], b[2]]
-
-
-def reduced_dims(dim: Any, rank: int) -> tuple[int, ...]:
-    """The dims a reduction's ``dim`` attr reduces: one int, a list of ints, or None (all)."""
-    if dim is None:
-        return tuple(range(rank))
-    if isinstance(dim, (list, tuple)):
-        return tuple(sorted({int(d) % rank for d in dim})) if rank else ()
-    return (int(dim) % rank,) if rank else ()
 
 
 def _rule_reduce(shapes, attrs):
@@ -862,34 +880,71 @@ def _infer_index_select(shapes, attrs):
 
 
 # ----------------------------------------------------------------------------------------------
-# OpSpec
+# the record
 # ----------------------------------------------------------------------------------------------
+
+#: How the fusing compiler may lower an op: into an elementwise kernel, as the last-dim reduction
+#: closing a kernel, or not at all (None: the op runs eagerly).
+FUSING = ("elementwise", "reduction", None)
+#: Kinds whose values are bit copies of their inputs (nothing computed, nothing rounded).
+COPY_KINDS = ("layout", "concat", "gather")
 
 
 @dataclass(frozen=True)
 class OpSpec:
+    """Everything the graph machinery and the fusing compiler know about one op (see the module
+    docstring for each part)."""
+
     name: str
     arity: int
+    #: "elementwise", "matmul", "normalization", "reduction", "scan", "layout", "concat",
+    #: "gather"
     kind: str
+    # -- shapes and attributes
     shape_rule: Callable[[Sequence[Shape], dict], tuple[list, Shape]]
     sample_attrs: Callable[[Any, Sequence[int]], dict | None]
-    torch_fn: Callable[..., torch.Tensor]
-    domain: str | None = None  # "positive" | "nonzero" | None
-    domain_positions: tuple[int, ...] = ()
-    error: str = ""  # bound.py rule key ("" = same as name)
-    guard_only: bool = False  # only inserted by the generator as a guard, never drawn
     #: the public attributes of a node of this op (every one required, no others allowed)
-    attributes: Mapping[str, Attr] = field(default_factory=dict)
+    attributes: Mapping[str, Attr]
     #: concrete shape rule ``(in_shapes, attrs) -> out_shape`` on Python ints (SpecError)
-    infer: Callable[[Sequence[Sequence[int]], dict], list] = _infer_same
+    infer: Callable[[Sequence[Sequence[int]], dict], list]
+    #: fills shape-dependent attrs once shapes are solved (None: nothing to fill)
+    finalize: Callable[..., dict] | None
+    torch_fn: Callable[..., torch.Tensor]
+    # -- input domain and value ranges
+    domain: str | None  # "positive" | "nonzero" | None
+    #: ``attrs -> argument positions`` that need ``domain``
+    domain_rule: Callable[[dict], tuple[int, ...]]
+    interval: iv.IntervalRule
+    # -- float error
+    error: er.ErrorRule
+    reads: er.DependencyRule
+    partial: er.PartialRule | None
+    selects: bool  # the result is one of the operands' values (or a clamp bound)
+    # -- fusing compiler
+    fusing: str | None
+    #: elementwise: the float32 Triton expression (``{a}``..``{d}``: operand temps; any other
+    #: field: the literal of the attr of that name)
+    template: str | None = None
+    #: elementwise, put together from the attrs: ``builder(cases, fields, attrs)`` over the
+    #: record's ``cases`` (``fields``: operand temps and attr literals as for ``template``)
+    cases: Mapping[Any, str] = field(default_factory=dict)
+    builder: Callable[[Mapping[Any, str], dict[str, str], dict], str] | None = None
+    #: reduction: the kernel lines that reduce the masked tile ``{src}`` into ``acc`` (a row each)
+    reduction_body: tuple[str, ...] = ()
+    # -- generation
+    compares: bool = False  # a comparison of its first two operands (ties matter)
+    grows: bool = False  # may make a tensor larger than its operands (the element cap applies)
+    guard_only: bool = False  # only inserted by the generator as a guard, never drawn
+
+    @property
+    def copies(self) -> bool:
+        """Layout ops: their values are bit copies of their inputs."""
+        return self.kind in COPY_KINDS
 
     def domain_args(self, attrs: dict) -> tuple[int, ...]:
         """Argument positions that need ``domain`` (pow: only for fractional or negative
         exponents)."""
-        if self.name == "pow":
-            e = float(attrs.get("exponent", 2.0))
-            return (0,) if e != math.floor(e) or e < 0 else ()
-        return self.domain_positions
+        return self.domain_rule(attrs)
 
     def sample(self, chooser: Any, in_ranks: Sequence[int]) -> dict | None:
         return self.sample_attrs(chooser, in_ranks)
@@ -928,20 +983,175 @@ class OpSpec:
         return out
 
 
+#: The parts every record must have as callables.
+RULES = ("torch_fn", "shape_rule", "sample_attrs", "infer", "domain_rule", "interval", "error",
+         "reads")
+
+
+def missing_parts(spec: OpSpec) -> list[str]:
+    """What ``spec`` lacks or declares inconsistently (empty for a complete record): a rule that
+    is not callable, attributes that are not :class:`Attr`, an unknown domain or fusing, a fused
+    lowering its kind does not allow, a domain without positions or positions without one."""
+    problems = [f"{part} is not callable" for part in RULES if not callable(getattr(spec, part))]
+    for part in ("partial", "finalize", "builder"):
+        value = getattr(spec, part)
+        if value is not None and not callable(value):
+            problems.append(f"{part} is neither None nor callable")
+    if not isinstance(spec.attributes, Mapping) or not all(
+        isinstance(a, Attr) for a in spec.attributes.values()
+    ):
+        problems.append("attributes are not Attr declarations")
+    if spec.domain not in (None, "positive", "nonzero"):
+        problems.append(f"unknown domain {spec.domain!r}")
+    if spec.fusing not in FUSING:
+        problems.append(f"unknown fusing {spec.fusing!r}")
+    elif spec.fusing is not None and spec.fusing != spec.kind:
+        problems.append(f"a {spec.kind} op cannot be fused as {spec.fusing!r}")
+    if spec.copies and spec.error is not er.moved:
+        problems.append("a layout op's error must move with its values (error_rules.moved)")
+    return problems + _lowering_problems(spec)
+
+
+def _lowering_problems(spec: OpSpec) -> list[str]:
+    """What is wrong with the record's fusing templates: the lowering its ``fusing`` names has
+    its parts (and no other lowering's), and every template names only the op's operands and
+    attributes (a reduction body: only ``{src}``) -- a misspelt field would otherwise surface as
+    a KeyError in the middle of a compile, taken for an unsupported node."""
+    given = [
+        part
+        for part, there in (
+            ("template", spec.template is not None),
+            ("cases", bool(spec.cases)),
+            ("builder", spec.builder is not None),
+            ("reduction_body", bool(spec.reduction_body)),
+        )
+        if there
+    ]
+    fields: set[str] = set()
+    if spec.fusing == "elementwise":
+        if "template" not in given and "builder" not in given:
+            return ["fused as elementwise without a template (or a builder and its cases)"]
+        fields = set("abcd"[: spec.arity]) | set(spec.attributes)
+        # one expression, or one put together from cases: not both
+        wanted = ["template"] if "template" in given else ["cases", "builder"]
+    elif spec.fusing == "reduction":
+        fields, wanted = {"src"}, ["reduction_body"]
+    elif spec.fusing is None:
+        wanted = []
+    else:  # an unknown lowering (missing_parts names it): no parts to expect
+        return []
+    lowering = f"{spec.fusing} lowering" if spec.fusing else "op that is not fused"
+    problems = [f"{part} is missing" for part in wanted if part not in given]
+    problems += [f"{part} does not belong to this {lowering}" for part in given
+                 if part not in wanted]
+    texts = {
+        "template": [spec.template],
+        "cases": list(spec.cases.values()),
+        "reduction_body": list(spec.reduction_body),
+    }
+    for text in (t for part in wanted for t in texts.get(part, ()) if t is not None):
+        if not isinstance(text, str):
+            problems.append(f"template {shown(text)} is not text")
+            continue
+        try:
+            names = {name for _, name, _, _ in string.Formatter().parse(text) if name is not None}
+        except ValueError:
+            problems.append(f"template {text!r} is not a format string")
+            continue
+        unknown = sorted(names - fields)
+        if unknown:
+            problems.append(f"template {text!r} names {unknown[0]!r}, no operand or attribute")
+    return problems
+
+
+def _positions(*positions: int) -> Callable[[dict], tuple[int, ...]]:
+    return lambda attrs: positions
+
+
+def _pow_domain(attrs: dict) -> tuple[int, ...]:
+    """Only fractional and negative exponents need a positive base."""
+    e = float(attrs.get("exponent", 2.0))
+    return (0,) if e != math.floor(e) or e < 0 else ()
+
+
+def _finalize_shape(attrs: dict, in_shapes: Any, out_shape: Sequence[int], chooser: Any) -> dict:
+    """reshape / expand: the solved output shape."""
+    return {"shape": [int(d) for d in out_shape]}
+
+
+def _finalize_index(
+    attrs: dict, in_shapes: Sequence[Sequence[int]], out_shape: Sequence[int], chooser: Any
+) -> dict:
+    """index_select: a strided (possibly reversed, wrapping) index of the solved length."""
+    ch = as_chooser(chooser)
+    dim = attrs["dim"]
+    n_in = int(in_shapes[0][dim])
+    n_out = int(out_shape[dim])
+    step = ch.integers(0, n_in - 1) if n_in > 1 else 0
+    start = ch.integers(0, n_in - 1) if n_in > 1 else 0
+    rev = ch.boolean()
+    idx = [(start + step * j) % n_in for j in range(n_out)]
+    return {"index": idx[::-1] if rev else idx}
+
+
+#: the stable import path of the torch functions (fx graphs, repros and ``fx_minifier`` name
+#: them by it)
+_HOME = "targets.compiler.graphs.ops"
+
+
+def _torch_fn(name: str) -> Callable[..., torch.Tensor]:
+    """The torch function of op ``name``: the one in :data:`_HOME`, even when this is a
+    miscompile mutant's private copy of the module, whose records would otherwise carry copies
+    of every function -- graphs built before the mutant was applied, :func:`op_of` and repros
+    must find one function per op whichever records are in force."""
+    home = sys.modules.get(_HOME)
+    return getattr(home, name) if home is not None else globals()[name]
+
+
+def _lower_pow(cases: Mapping[Any, str], fields: dict[str, str], attrs: dict) -> str:
+    """The form of the node's exponent (KeyError: none for it, the node runs eagerly)."""
+    return cases[float(attrs["exponent"])].format(**fields)
+
+
+def _lower_clamp(cases: Mapping[Any, str], fields: dict[str, str], attrs: dict) -> str:
+    """One ``where`` per bound given, the lower one inside (a ``None`` bound: that side is
+    left out, torch's ``clamp_min`` / ``clamp_max``)."""
+    expr = fields["a"]
+    for side in ("min", "max"):
+        if attrs.get(side) is not None:
+            expr = cases[side].format(**dict(fields, a=expr))
+    return expr
+
+
 def _spec(
-    name,
-    arity,
-    kind,
-    rule,
-    attrs,
-    domain=None,
-    positions=(),
-    error=None,
-    guard_only=False,
-    attributes=None,
-    infer=_infer_same,
-):
-    fn = globals()[name]
+    name: str,
+    arity: int,
+    kind: str,
+    rule: Callable[..., Any],
+    attrs: Callable[..., Any],
+    *,
+    error: er.ErrorRule,
+    reads: er.DependencyRule,
+    interval: iv.IntervalRule,
+    fusing: str | None,
+    domain: str | None = None,
+    positions: tuple[int, ...] | Callable[[dict], tuple[int, ...]] = (),
+    partial: er.PartialRule | None = None,
+    selects: bool = False,
+    compares: bool = False,
+    grows: bool = False,
+    finalize: Callable[..., dict] | None = None,
+    guard_only: bool = False,
+    attributes: Mapping[str, Attr] | None = None,
+    infer: Callable[..., list] = _infer_same,
+    template: str | None = None,
+    cases: Mapping[Any, str] | None = None,
+    builder: Callable[[Mapping[Any, str], dict[str, str], dict], str] | None = None,
+    reduction_body: Sequence[str] = (),
+) -> OpSpec:
+    """One record; the torch function is this module's function of the same name.  The error,
+    dependency and interval rules and the fusing lowering have no default: an op states them."""
+    fn = _torch_fn(name)
 
     def sample_attrs(chooser, in_ranks, _f=attrs):
         return _f(as_chooser(chooser), list(in_ranks))
@@ -952,180 +1162,201 @@ def _spec(
         kind=kind,
         shape_rule=rule,
         sample_attrs=sample_attrs,
-        torch_fn=fn,
-        domain=domain,
-        domain_positions=positions,
-        error=error or name,
-        guard_only=guard_only,
         attributes=dict(attributes or {}),
         infer=infer,
+        finalize=finalize,
+        torch_fn=fn,
+        domain=domain,
+        domain_rule=positions if callable(positions) else _positions(*positions),
+        interval=interval,
+        error=error,
+        reads=reads,
+        partial=partial,
+        selects=selects,
+        fusing=fusing,
+        template=template,
+        cases=dict(cases or {}),
+        builder=builder,
+        reduction_body=tuple(reduction_body),
+        compares=compares,
+        grows=grows,
+        guard_only=guard_only,
     )
 
 
-def _unary(name, domain=None):
-    return _spec(name, 1, "elementwise", _rule_same, _attrs_none, domain, (0,) if domain else ())
-
-
-#: attribute declarations shared by several ops
-_BINARY = dict(infer=_infer_broadcast)
-_DIM_ATTR = dict(attributes={"dim": _DIM}, infer=_infer_dim)
+#: parts shared by ops of one family
+_EW = dict(reads=er.reads_elementwise, fusing="elementwise")
+_UNARY = dict(_EW, rule=_rule_same, attrs=_attrs_none)
+_BINARY = dict(_EW, rule=_rule_broadcast, attrs=_attrs_none, infer=_infer_broadcast, grows=True)
+_ROW = dict(
+    rule=_rule_same, attrs=_attrs_dim, reads=er.reads_row, fusing=None,
+    attributes={"dim": _DIM}, infer=_infer_dim,
+)
 _REDUCE = dict(
+    rule=_rule_reduce, attrs=_attrs_reduce, reads=er.reads_reduced, fusing="reduction",
     attributes={"dim": Attr("dims", 0, MAX_RANK - 1, MAX_RANK), "keepdim": Attr("bool")},
     infer=_infer_reduce,
 )
-_EXTREME = dict(_REDUCE, infer=_infer_extreme)
+_LAYOUT = dict(error=er.moved, reads=er.reads_moved, interval=iv.same, fusing=None)
+#: amax / amin reduction bodies end here: torch.amax / amin propagate NaN and Triton's max / min
+#: reductions do not promise to (a NaN row came back as its largest number: found by fuzzing with
+#: special values), so a row that holds a NaN is set to NaN explicitly
+_NAN_ROW = "acc = tl.where(tl.max((vals != vals).to(tl.int32), axis=1) > 0, float('nan'), acc)"
 
-OPS: dict[str, OpSpec] = {}
-for _s in [
-    _unary("abs"),
-    _unary("neg"),
-    _unary("exp"),
-    _unary("log", "positive"),
-    _unary("sqrt", "positive"),
-    _unary("rsqrt", "positive"),
-    _unary("tanh"),
-    _unary("sigmoid"),
-    _unary("relu"),
-    _unary("gelu"),
-    _unary("sin"),
-    _unary("cos"),
-    _unary("reciprocal", "nonzero"),
-    _spec(
-        "pow",
-        1,
-        "elementwise",
-        _rule_same,
-        _attrs_pow,
-        "positive",
-        (0,),
-        attributes={"exponent": Attr("real", -16, 16)},
-    ),
-    _spec(
-        "clamp",
-        1,
-        "elementwise",
-        _rule_same,
-        _attrs_clamp,
-        attributes={"min": Attr("bound"), "max": Attr("bound")},
-        infer=_infer_clamp,
-    ),
-    _spec(
-        "add_scalar",
-        1,
-        "elementwise",
-        _rule_same,
-        _attrs_add_scalar,
-        guard_only=True,
-        attributes={"value": Attr("real", -65504, 65504)},
-    ),
-    _spec("add", 2, "elementwise", _rule_broadcast, _attrs_none, **_BINARY),
-    _spec("sub", 2, "elementwise", _rule_broadcast, _attrs_none, **_BINARY),
-    _spec("mul", 2, "elementwise", _rule_broadcast, _attrs_none, **_BINARY),
-    _spec("div", 2, "elementwise", _rule_broadcast, _attrs_none, "nonzero", (1,), **_BINARY),
-    _spec("maximum", 2, "elementwise", _rule_broadcast, _attrs_none, **_BINARY),
-    _spec("minimum", 2, "elementwise", _rule_broadcast, _attrs_none, **_BINARY),
-    _spec("where_gt", 4, "elementwise", _rule_broadcast, _attrs_none, **_BINARY),
-    _spec("matmul", 2, "matmul", _rule_matmul, _attrs_matmul, infer=_infer_matmul),
-    _spec("bmm", 2, "matmul", _rule_bmm, _attrs_bmm, infer=_infer_bmm),
-    _spec("softmax", 1, "normalization", _rule_same, _attrs_dim, **_DIM_ATTR),
-    _spec("log_softmax", 1, "normalization", _rule_same, _attrs_dim, **_DIM_ATTR),
-    _spec("layer_norm", 1, "normalization", _rule_same, _attrs_dim, **_DIM_ATTR),
-    _spec("sum", 1, "reduction", _rule_reduce, _attrs_reduce, **_REDUCE),
-    _spec("mean", 1, "reduction", _rule_reduce, _attrs_reduce, **_REDUCE),
-    _spec("amax", 1, "reduction", _rule_reduce, _attrs_reduce, **_EXTREME),
-    _spec("amin", 1, "reduction", _rule_reduce, _attrs_reduce, **_EXTREME),
-    _spec("cumsum", 1, "scan", _rule_same, _attrs_dim, **_DIM_ATTR),
-    _spec(
-        "reshape",
-        1,
-        "layout",
-        _rule_reshape,
-        _attrs_reshape,
-        attributes={"shape": _SHAPE},
-        infer=_infer_reshape,
-    ),
-    _spec(
-        "permute",
-        1,
-        "layout",
-        _rule_permute,
-        _attrs_permute,
-        attributes={"perm": Attr("ints", 0, MAX_RANK - 1, MAX_RANK)},
-        infer=_infer_permute,
-    ),
-    _spec(
-        "transpose",
-        1,
-        "layout",
-        _rule_transpose,
-        _attrs_transpose,
-        attributes={"dim0": _DIM, "dim1": _DIM},
-        infer=_infer_transpose,
-    ),
-    _spec(
-        "expand",
-        1,
-        "layout",
-        _rule_expand,
-        _attrs_expand,
-        attributes={"shape": _SHAPE},
-        infer=_infer_expand,
-    ),
-    _spec(
-        "unsqueeze",
-        1,
-        "layout",
-        _rule_unsqueeze,
-        _attrs_unsqueeze,
-        attributes={"dim": _DIM},
-        infer=_infer_unsqueeze,
-    ),
-    _spec(
-        "squeeze",
-        1,
-        "layout",
-        _rule_squeeze,
-        _attrs_squeeze,
-        attributes={"dim": _DIM},
-        infer=_infer_squeeze,
-    ),
-    _spec("cat", 2, "concat", _rule_cat, _attrs_cat, attributes={"dim": _DIM}, infer=_infer_cat),
-    _spec(
-        "index_select",
-        1,
-        "gather",
-        _rule_index_select,
-        _attrs_index_select,
-        attributes={"dim": _DIM, "index": Attr("ints", 0)},
-        infer=_infer_index_select,
-    ),
-]:
-    OPS[_s.name] = _s
+OPS: dict[str, OpSpec] = {
+    s.name: s
+    for s in [
+        _spec("abs", 1, "elementwise", **_UNARY, error=er.selected, interval=iv.absolute,
+              selects=True,
+              template="tl.abs({a})"),
+        _spec("neg", 1, "elementwise", **_UNARY, error=er.selected, interval=iv.neg,
+              selects=True,
+              template="(-{a})"),
+        _spec("exp", 1, "elementwise", **_UNARY, error=er.exp, interval=iv.exp,
+              template="tl.exp({a})"),
+        _spec("log", 1, "elementwise", **_UNARY, error=er.log, interval=iv.log,
+              domain="positive", positions=(0,),
+              template="tl.log({a})"),
+        _spec("sqrt", 1, "elementwise", **_UNARY, error=er.sqrt, interval=iv.sqrt,
+              domain="positive", positions=(0,),
+              template="tl.sqrt({a})"),
+        _spec("rsqrt", 1, "elementwise", **_UNARY, error=er.rsqrt, interval=iv.rsqrt,
+              domain="positive", positions=(0,),
+              template="(1.0 / tl.sqrt({a}))"),
+        # no fusing template: the fusing compiler leaves tanh to eager torch
+        _spec("tanh", 1, "elementwise", **dict(_UNARY, fusing=None), error=er.tanh,
+              interval=iv.tanh),
+        _spec("sigmoid", 1, "elementwise", **_UNARY, error=er.sigmoid, interval=iv.sigmoid,
+              template="(1.0 / (1.0 + tl.exp(-{a})))"),
+        _spec("relu", 1, "elementwise", **_UNARY, error=er.selected, interval=iv.relu,
+              selects=True,
+              template="tl.where({a} < 0.0, 0.0, {a})"),
+        _spec("gelu", 1, "elementwise", **_UNARY, error=er.gelu, interval=iv.gelu,
+              template="(0.5 * {a} * (1.0 + tl.erf({a} * 0.7071067811865476)))"),
+        _spec("sin", 1, "elementwise", **_UNARY, error=er.periodic, interval=iv.unit,
+              template="tl.sin({a})"),
+        _spec("cos", 1, "elementwise", **_UNARY, error=er.periodic, interval=iv.unit,
+              template="tl.cos({a})"),
+        _spec("reciprocal", 1, "elementwise", **_UNARY, error=er.reciprocal,
+              interval=iv.reciprocal, domain="nonzero", positions=(0,),
+              template="(1.0 / {a})"),
+        # small integer powers by repeated multiplication, the half-integer ones by sqrt
+        _spec("pow", 1, "elementwise", _rule_same, _attrs_pow, **_EW, error=er.power,
+              interval=iv.power, domain="positive", positions=_pow_domain,
+              attributes={"exponent": Attr("real", -16, 16)},
+              builder=_lower_pow, cases={
+                  0.0: "tl.where({a} == {a}, 1.0, 1.0)",  # x**0 is 1 for NaN and Inf too
+                  1.0: "({a})",
+                  2.0: "({a} * {a})",
+                  3.0: "({a} * {a} * {a})",
+                  -1.0: "(1.0 / {a})",
+                  -2.0: "(1.0 / ({a} * {a}))",
+                  0.5: "tl.sqrt({a})",
+                  1.5: "({a} * tl.sqrt({a}))",
+                  -0.5: "(1.0 / tl.sqrt({a}))",
+              }),
+        _spec("clamp", 1, "elementwise", _rule_same, _attrs_clamp, **_EW, error=er.selected,
+              interval=iv.clamp, selects=True,
+              attributes={"min": Attr("bound"), "max": Attr("bound")}, infer=_infer_clamp,
+              builder=_lower_clamp, cases={
+                  "min": "tl.where({a} < {min}, {min}, {a})",
+                  "max": "tl.where({a} > {max}, {max}, {a})",
+              }),
+        _spec("add_scalar", 1, "elementwise", _rule_same, _attrs_add_scalar, **_EW,
+              error=er.add_scalar, interval=iv.add_scalar, guard_only=True,
+              attributes={"value": Attr("real", -65504, 65504)},
+              template="({a} + {value})"),
+        _spec("add", 2, "elementwise", **_BINARY, error=er.add_sub, interval=iv.add,
+              template="({a} + {b})"),
+        _spec("sub", 2, "elementwise", **_BINARY, error=er.add_sub, interval=iv.sub,
+              template="({a} - {b})"),
+        _spec("mul", 2, "elementwise", **_BINARY, error=er.mul, interval=iv.mul,
+              template="({a} * {b})"),
+        _spec("div", 2, "elementwise", **_BINARY, error=er.div, interval=iv.div,
+              domain="nonzero", positions=(1,),
+              template="({a} / {b})"),
+        # NaN-propagating forms: torch.maximum / minimum propagate NaN, tl.maximum does not
+        _spec("maximum", 2, "elementwise", **_BINARY, error=er.extreme_of_two,
+              interval=iv.maximum, selects=True, compares=True,
+              template="tl.where({a} != {a}, {a}, tl.where({a} > {b}, {a}, {b}))"),
+        _spec("minimum", 2, "elementwise", **_BINARY, error=er.extreme_of_two,
+              interval=iv.minimum, selects=True, compares=True,
+              template="tl.where({a} != {a}, {a}, tl.where({a} < {b}, {a}, {b}))"),
+        _spec("where_gt", 4, "elementwise", **_BINARY, error=er.where_gt, interval=iv.where,
+              selects=True, compares=True,
+              template="tl.where({a} > {b}, {c}, {d})"),
+        _spec("matmul", 2, "matmul", _rule_matmul, _attrs_matmul, error=er.matmul,
+              reads=er.reads_matmul, interval=iv.matmul, partial=er.partial_through,
+              fusing=None, grows=True, infer=_infer_matmul),
+        _spec("bmm", 2, "matmul", _rule_bmm, _attrs_bmm, error=er.matmul,
+              reads=er.reads_matmul, interval=iv.matmul, partial=er.partial_through,
+              fusing=None, grows=True, infer=_infer_bmm),
+        _spec("softmax", 1, "normalization", **_ROW, error=er.softmax, interval=iv.softmax),
+        _spec("log_softmax", 1, "normalization", **_ROW, error=er.log_softmax,
+              interval=iv.log_softmax),
+        _spec("layer_norm", 1, "normalization", **_ROW, error=er.layer_norm,
+              interval=iv.layer_norm, partial=er.partial_squares),
+        _spec("sum", 1, "reduction", **_REDUCE, error=er.total, interval=iv.total,
+              partial=er.partial_through,
+              reduction_body=["acc = tl.sum(tl.where(mask, {src}, 0.0), axis=1)"]),
+        _spec("mean", 1, "reduction", **_REDUCE, error=er.mean, interval=iv.same,
+              partial=er.partial_sum,
+              reduction_body=["acc = tl.sum(tl.where(mask, {src}, 0.0), axis=1) / N"]),
+        _spec("amax", 1, "reduction", **dict(_REDUCE, infer=_infer_extreme), error=er.extreme,
+              interval=iv.same, selects=True,
+              reduction_body=["vals = tl.where(mask, {src}, float('-inf'))",
+                              "acc = tl.max(vals, axis=1)", _NAN_ROW]),
+        _spec("amin", 1, "reduction", **dict(_REDUCE, infer=_infer_extreme), error=er.extreme,
+              interval=iv.same, selects=True,
+              reduction_body=["vals = tl.where(mask, {src}, float('inf'))",
+                              "acc = tl.min(vals, axis=1)", _NAN_ROW]),
+        _spec("cumsum", 1, "scan", _rule_same, _attrs_dim, error=er.cumsum,
+              reads=er.reads_scan, interval=iv.cumsum, partial=er.partial_through, fusing=None,
+              attributes={"dim": _DIM}, infer=_infer_dim),
+        _spec("reshape", 1, "layout", _rule_reshape, _attrs_reshape, **_LAYOUT,
+              finalize=_finalize_shape, attributes={"shape": _SHAPE}, infer=_infer_reshape),
+        _spec("permute", 1, "layout", _rule_permute, _attrs_permute, **_LAYOUT,
+              attributes={"perm": Attr("ints", 0, MAX_RANK - 1, MAX_RANK)},
+              infer=_infer_permute),
+        _spec("transpose", 1, "layout", _rule_transpose, _attrs_transpose, **_LAYOUT,
+              attributes={"dim0": _DIM, "dim1": _DIM}, infer=_infer_transpose),
+        _spec("expand", 1, "layout", _rule_expand, _attrs_expand, **_LAYOUT, grows=True,
+              finalize=_finalize_shape, attributes={"shape": _SHAPE}, infer=_infer_expand),
+        _spec("unsqueeze", 1, "layout", _rule_unsqueeze, _attrs_unsqueeze, **_LAYOUT,
+              attributes={"dim": _DIM}, infer=_infer_unsqueeze),
+        _spec("squeeze", 1, "layout", _rule_squeeze, _attrs_squeeze, **_LAYOUT,
+              attributes={"dim": _DIM}, infer=_infer_squeeze),
+        _spec("cat", 2, "concat", _rule_cat, _attrs_cat, **dict(_LAYOUT, interval=iv.cat),
+              grows=True, attributes={"dim": _DIM}, infer=_infer_cat),
+        _spec("index_select", 1, "gather", _rule_index_select, _attrs_index_select, **_LAYOUT,
+              grows=True, finalize=_finalize_index,
+              attributes={"dim": _DIM, "index": Attr("ints", 0)}, infer=_infer_index_select),
+    ]
+}
 
 #: ops the generators draw from by default (guard-only helpers excluded)
 DEFAULT_OPS: tuple[str, ...] = tuple(n for n, s in OPS.items() if not s.guard_only)
+
+_BY_FUNCTION: dict[Any, str] = {s.torch_fn: n for n, s in OPS.items()}
+
+
+def op_of(fn: Any) -> str | None:
+    """The op whose torch function ``fn`` is (an fx ``call_function`` target), or None."""
+    try:
+        return _BY_FUNCTION.get(fn)
+    except TypeError:  # an unhashable target is no op of ours
+        return None
 
 
 def finalize_attrs(
     op: str, attrs: dict, in_shapes: Sequence[Sequence[int]], out_shape: Sequence[int], chooser: Any
 ) -> dict:
-    """Public attrs of a node once concrete shapes are known (fills shape / index attrs)."""
+    """Public attrs of a node once concrete shapes are known (the record's ``finalize`` fills
+    shape / index attrs)."""
     spec = OPS[op]
     out = spec.public_attrs(attrs)
-    if op in ("reshape", "expand"):
-        out["shape"] = [int(d) for d in out_shape]
-    elif op == "index_select":
-        ch = as_chooser(chooser)
-        dim = attrs["dim"]
-        n_in = int(in_shapes[0][dim])
-        n_out = int(out_shape[dim])
-        step = ch.integers(0, n_in - 1) if n_in > 1 else 0
-        start = ch.integers(0, n_in - 1) if n_in > 1 else 0
-        rev = ch.boolean()
-        idx = [(start + step * j) % n_in for j in range(n_out)]
-        if rev:
-            idx = idx[::-1]
-        out["index"] = idx
+    if spec.finalize is not None:
+        out.update(spec.finalize(attrs, in_shapes, out_shape, chooser))
     return out
 
 

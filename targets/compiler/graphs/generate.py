@@ -75,14 +75,6 @@ CHECK_RLIMIT = int(
 # ----------------------------------------------------------------------------------------------
 
 
-def _gelu(x: float) -> float:
-    return 0.5 * x * (1.0 + math.erf(x / math.sqrt(2.0)))
-
-
-def _safe_exp(x: float) -> float:
-    return math.exp(min(x, 700.0))
-
-
 def interval(
     op: str,
     attrs: dict,
@@ -90,113 +82,9 @@ def interval(
     in_shapes: Sequence[Sequence[int]],
     out_shape: Sequence[int],
 ) -> tuple[float, float]:
-    """Conservative ``(lo, hi)`` of ``op``'s output given input intervals (may be infinite)."""
-    inf = math.inf
-    lo, hi = ivals[0]
-    m = max(abs(lo), abs(hi))
-    if op == "abs":
-        return (0.0 if lo <= 0 <= hi else min(abs(lo), abs(hi)), m)
-    if op == "neg":
-        return (-hi, -lo)
-    if op == "exp":
-        return (_safe_exp(lo), _safe_exp(hi))
-    if op == "log":
-        return (math.log(lo) if lo > 0 else -inf, math.log(hi) if hi > 0 else -inf)
-    if op == "sqrt":
-        return (math.sqrt(max(lo, 0.0)), math.sqrt(max(hi, 0.0)))
-    if op == "rsqrt":
-        return (1 / math.sqrt(hi) if hi > 0 else inf, 1 / math.sqrt(lo) if lo > 0 else inf)
-    if op == "tanh":
-        return (math.tanh(lo), math.tanh(hi))
-    if op == "sigmoid":
-        return (1 / (1 + _safe_exp(-lo)), 1 / (1 + _safe_exp(-hi)))
-    if op == "relu":
-        return (max(lo, 0.0), max(hi, 0.0))
-    if op == "gelu":
-        return (-0.17 if lo < 0 else _gelu(lo), max(hi, 0.0))
-    if op in ("sin", "cos"):
-        return (-1.0, 1.0)
-    if op == "reciprocal":
-        if lo > 0:
-            return (1 / hi, 1 / lo)
-        if hi < 0:
-            return (1 / hi, 1 / lo)
-        return (-inf, inf)
-    if op == "pow":
-        e = float(attrs["exponent"])
-        if e == 2.0:
-            return (0.0 if lo <= 0 <= hi else min(lo * lo, hi * hi), m * m)
-        if e == 3.0:
-            return (lo**3, hi**3)
-        if e == 0.0:
-            return (1.0, 1.0)
-        if e == 1.0:
-            return (lo, hi)
-        if lo < 0 or (e < 0 and lo <= 0):
-            return (-inf, inf)  # invalid domain (guards prevent this)
-        return (min(lo**e, hi**e), max(lo**e, hi**e))
-    if op == "clamp":
-        a = -inf if attrs.get("min") is None else attrs["min"]
-        b = inf if attrs.get("max") is None else attrs["max"]
-        return (min(max(lo, a), b), min(max(hi, a), b))
-    if op == "add_scalar":
-        return (lo + attrs["value"], hi + attrs["value"])
-    if op in ("add", "sub", "mul", "div", "maximum", "minimum"):
-        lo2, hi2 = ivals[1]
-        if op == "add":
-            return (lo + lo2, hi + hi2)
-        if op == "sub":
-            return (lo - hi2, hi - lo2)
-        if op == "maximum":
-            return (max(lo, lo2), max(hi, hi2))
-        if op == "minimum":
-            return (min(lo, lo2), min(hi, hi2))
-        if op == "div":
-            if lo2 > 0 or hi2 < 0:
-                lo2, hi2 = 1 / hi2, 1 / lo2
-            else:
-                return (-inf, inf)
-        prods = [lo * lo2, lo * hi2, hi * lo2, hi * hi2]
-        prods = [0.0 if math.isnan(p) else p for p in prods]
-        return (min(prods), max(prods))
-    if op == "where_gt":
-        return (min(ivals[2][0], ivals[3][0]), max(ivals[2][1], ivals[3][1]))
-    if op in ("matmul", "bmm"):
-        k = in_shapes[0][-1]
-        m2 = max(abs(ivals[1][0]), abs(ivals[1][1]))
-        b = k * m * m2
-        return (-b, b)
-    if op == "softmax":
-        return (0.0, 1.0)
-    if op == "log_softmax":
-        n = in_shapes[0][attrs["dim"]]
-        return (-(hi - lo) - math.log(n), 0.0)
-    if op == "layer_norm":
-        n = in_shapes[0][attrs["dim"]]
-        b = math.sqrt(max(n - 1, 1))
-        return (-b, b)
-    if op == "sum":
-        n = math.prod(in_shapes[0][d] for d in _ops.reduced_dims(attrs["dim"], len(in_shapes[0])))
-        return (min(n * lo, lo), max(n * hi, hi))
-    if op == "cumsum":
-        n = in_shapes[0][attrs["dim"]]
-        return (min(n * lo, lo), max(n * hi, hi))
-    if op in (
-        "mean",
-        "amax",
-        "amin",
-        "reshape",
-        "permute",
-        "transpose",
-        "expand",
-        "unsqueeze",
-        "squeeze",
-        "index_select",
-    ):
-        return (lo, hi)
-    if op == "cat":
-        return (min(lo, ivals[1][0]), max(hi, ivals[1][1]))
-    raise KeyError(f"no interval rule for {op!r}")
+    """Conservative ``(lo, hi)`` of ``op``'s output given input intervals (may be infinite): the
+    op record's value-range rule (:mod:`.intervals`)."""
+    return OPS[op].interval(attrs, ivals, in_shapes, out_shape)
 
 
 def value_intervals(
@@ -230,12 +118,17 @@ def value_intervals(
 #: *same* value on both sides (``where(a > a, ...)``, ``maximum(a, a)``: a tie at every element),
 #: one in four compares graph inputs directly (exactly known operands: the oracle judges those
 #: comparisons exactly, and value recipes with small integers make ties there).
-COMPARE_OPS = ("maximum", "minimum", "where_gt")
+COMPARE_OPS = tuple(n for n, s in OPS.items() if s.compares)
 COMPARE_SAME_SHARE = 0.25
 COMPARE_INPUTS_SHARE = 0.25
-#: Ops that reduce along a dim (the first one created takes a :class:`Sizing` row wish).
-REDUCING_OPS = ("sum", "mean", "amax", "amin", "softmax", "log_softmax", "layer_norm", "cumsum")
-_LAST_DIM_REDUCTIONS = ("sum", "mean", "amax", "amin")
+#: Ops that reduce along a dim (the first one created takes a :class:`Sizing` row wish):
+#: reductions, then row-wise normalizations, then scans.
+REDUCING_OPS = tuple(
+    n for kind in ("reduction", "normalization", "scan") for n, s in OPS.items() if s.kind == kind
+)
+#: Reductions over any dims (``dim`` may be a list or None), which a :class:`Sizing` with
+#: ``last_dim`` points at the last dim.
+_LAST_DIM_REDUCTIONS = tuple(n for n, s in OPS.items() if s.kind == "reduction")
 
 
 @dataclasses.dataclass
@@ -390,7 +283,7 @@ class _Gen:
         idx = [self._operand(chain=j == 0) for j in range(arity)]
         if not self.nodes and self.sizing.numel:
             idx[0] = 0  # the first op reads x0, the input of the wished element count
-        if op in COMPARE_OPS:
+        if OPS[op].compares:
             mode = ch.integers(0, 3)  # COMPARE_SAME_SHARE, COMPARE_INPUTS_SHARE: 1/4 each
             if mode == 0:  # one value on both sides of the comparison
                 idx[1] = idx[0]
@@ -409,7 +302,7 @@ class _Gen:
         row, rows = self.row_wishes[0]
         if op not in (_LAST_DIM_REDUCTIONS if s.last_dim else REDUCING_OPS):
             return []
-        if op in _LAST_DIM_REDUCTIONS:
+        if OPS[op].kind == "reduction":  # any dims (a list, None); the others reduce one
             if s.last_dim:
                 attrs["dim"] = len(shape) - 1
             dims = _ops.reduced_dims(attrs["dim"], len(shape))
@@ -461,21 +354,7 @@ class _Gen:
             and int(d.decl().name()[1:]) > n_free_before
         ]
         cons = list(cons) + [d >= 1 for d in new_vars]
-        grows = op in (
-            "add",
-            "sub",
-            "mul",
-            "div",
-            "maximum",
-            "minimum",
-            "where_gt",
-            "matmul",
-            "bmm",
-            "expand",
-            "cat",
-            "index_select",
-        )
-        if grows:
+        if spec.grows:  # a tensor larger than its operands: the element cap applies
             cons += self._cap(out)
         if cons:
             self.solver.push()

@@ -1,9 +1,10 @@
 """Bisect a failing compiler-graph case down to the first diverging node and its smallest window.
 
 A "graph target" takes inputs ``{"graph": ..., "values": [...], "dtype": ..., ...}`` (see
-``fuzzkit.graphs``) and its reference returns ``{"outputs": [...], "intermediates": {name: ...}}``
-in float64.  Delta debugging over a whole graph (what ``torch._functorch.fx_minifier`` does) costs
-many compiles; with the float64 intermediates in hand the search can be a bisection instead:
+:mod:`targets.compiler.graphs`) and its reference returns
+``{"outputs": [...], "intermediates": {name: ...}}`` in float64.  Delta debugging over a whole
+graph (what ``torch._functorch.fx_minifier`` does) costs many compiles; with the float64
+intermediates in hand the search can be a bisection instead:
 
 1. **Prefix bisection.**  ``prefix(graph, i)`` keeps nodes ``0..i`` and makes every value that is
    still live (plus node ``i``) an output.  The smallest failing ``i`` is found by binary search:
@@ -22,7 +23,12 @@ many compiles; with the float64 intermediates in hand the search can be a bisect
 Every candidate must fail with the *same* dtype and error class as the original failure (the
 divergence signature ``mismatch:<op>:<dtype>:<class>``; the op may differ while searching), so the
 search stays on one bug.  Each implementation call is one compile; they are counted through
-``targets.compiler.compile_calls()`` when that exists, else by counting implementation calls.
+:func:`targets.compiler.compile_calls`, else (an implementation that does not go through it) by
+counting implementation calls.
+
+:func:`bisection` is the ``compiler`` target's ``Target.bisect`` hook (:mod:`fuzzkit.shrink.hook`),
+which ``fuzzkit bisect`` runs; any other graph target may name it as its own hook too.  It writes
+a standalone reproducer (:mod:`.repro`) beside the minimized case.
 """
 
 from __future__ import annotations
@@ -35,21 +41,28 @@ from typing import Any, Callable
 
 import numpy as np
 
+from fuzzkit.case import Case
 from fuzzkit.failure import Failure
-from fuzzkit.graphs.build import prefix, subgraph
-from fuzzkit.graphs.values import round_to_dtype
-from fuzzkit.runner import check_case
 from fuzzkit.shrink.ddmin import ddmin
+from fuzzkit.shrink.hook import (
+    CannotMinimize,
+    Minimization,
+    Minimized,
+    NotFailing,
+    Trial,
+    trial_for,
+)
 from fuzzkit.target import Implementation, Inputs, Target
+from targets.compiler import compile_calls
+from targets.compiler.graphs.build import prefix, subgraph
+from targets.compiler.graphs.values import round_to_dtype
 
 GRAPH_KEYS = ("graph", "values", "dtype")
 
-
-class NotFailing(ValueError):
-    """The case given to :func:`bisect` does not fail (nothing to bisect)."""
+__all__ = ["BisectResult", "NotAGraphCase", "NotFailing", "bisect", "bisection", "same_bug"]
 
 
-class NotAGraphCase(ValueError):
+class NotAGraphCase(CannotMinimize):
     """The inputs are not those of a graph target (no graph / values / dtype)."""
 
 
@@ -91,8 +104,32 @@ class BisectResult:
         }
 
 
+    def lines(self) -> list[str]:
+        """The result for a person: where it diverges, the window, the signature, the cost."""
+        status = (
+            "NONDETERMINISTIC"
+            if self.nondeterministic
+            else "confirmed"
+            if self.confirmed
+            else "not confirmed"
+        )
+        out = [
+            f"first diverging node: {self.first_node} ({self.op}), node "
+            f"{self.first_index + 1} of {self.original_nodes}",
+            f"window: {len(self.window)} node(s): {', '.join(self.window)}",
+            f"signature: {self.signature}",
+        ]
+        if self.other_divergence:
+            o = self.other_divergence
+            out.append(
+                f"note: an earlier divergence of another class at {o['node']} ({o['op']}): "
+                f"{o['signature']}; bisect stayed on {self.signature}"
+            )
+        out.append(f"compile calls: {self.compile_calls} in {self.seconds:.1f} s; {status}")
+        return out
+
+
 # ---------------------------------------------------------------------------------------------
-# Graph helpers: H1's fuzzkit.graphs.build when present, the same contract here otherwise.
 
 
 def is_graph_case(inputs: Any) -> bool:
@@ -104,16 +141,9 @@ def is_graph_case(inputs: Any) -> bool:
     )
 
 
-def _compile_counter() -> Callable[[], int] | None:
-    try:
-        from targets.compiler import compile_calls
-    except Exception:  # noqa: BLE001 - no compiler target: count implementation calls instead
-        return None
-    return compile_calls
-
-
 def _parts(failure: Failure) -> tuple[str, str | None, str | None]:
-    """(kind, dtype, error_class) of a failure; from details, else from the signature."""
+    """(kind, dtype, error_class) of a failure; from details, else from the compiler oracle's
+    signature ``mismatch:<op>:<dtype>:<error_class>``."""
     d = failure.details or {}
     dtype, cls = d.get("dtype"), d.get("error_class")
     if (dtype is None or cls is None) and failure.kind == "mismatch":
@@ -145,14 +175,17 @@ def bisect(
     failure: Failure | None = None,
     timeout: float | None = None,
     checker: Callable[..., Any] | None = None,
+    trial: Trial | None = None,
 ) -> BisectResult:
     """Find the first diverging node of a failing graph case and the smallest failing window.
 
     ``failure``: the original failure when the caller already has it (then the whole case is not
     re-run first).  ``checker`` (the contract of :func:`fuzzkit.engines.hypothesis.fuzz`'s)
-    replaces :func:`check_case` for every compile-and-run, e.g. an isolated worker process so a
-    compiler that segfaults or hangs on a window is a verdict.  Raises :class:`NotFailing` when
-    the case passes and :class:`NotAGraphCase` for inputs without a graph.
+    replaces :func:`fuzzkit.runner.check_case` for every compile-and-run, e.g. an isolated
+    worker process so a compiler that segfaults or hangs on a window is a verdict; ``trial``
+    (:class:`fuzzkit.shrink.hook.Trial`, what a hook is given) replaces both.  Raises
+    :class:`NotFailing` when the case passes and :class:`NotAGraphCase` for inputs without a
+    graph.
     """
     if not is_graph_case(inputs):
         raise NotAGraphCase("not a graph case: inputs need 'graph', 'values' and 'dtype'")
@@ -163,8 +196,9 @@ def bisect(
         if problem is not None:
             raise NotAGraphCase(f"not a valid {target.name} case: {problem}")
     started = time.perf_counter()
-    counter = _compile_counter()
-    calls_at_start = counter() if counter else 0
+    if trial is None:
+        trial = trial_for(target, impl, timeout=timeout, checker=checker)
+    calls_at_start = compile_calls()
     impl_calls = 0
     steps: list[tuple[str, str, bool]] = []
     graph = inputs["graph"]
@@ -198,11 +232,7 @@ def bisect(
         if target.validate is not None and target.validate(case) is not None:
             return None
         impl_calls += 1
-        verdict = (
-            check_case(target, impl, case, properties=False, confirm=False, timeout=timeout)
-            if checker is None
-            else checker(target, impl, case, properties=False, timeout=timeout)
-        )
+        verdict = trial(case, properties=False, confirm=False)
         last["verdict"] = verdict
         return verdict.failure
 
@@ -371,7 +401,7 @@ def bisect(
         confirmed = ok and final_failure is not None
         if final_failure is None and ok:
             final_failure = again
-    calls = (counter() - calls_at_start) if counter else impl_calls
+    calls = compile_calls() - calls_at_start
     if calls <= 0:  # an implementation that does not go through the compiler counter
         calls = impl_calls
     return BisectResult(
@@ -445,3 +475,41 @@ def _first_diverging(
 def log2_budget(n: int) -> float:
     """The goal for single-op bugs: log2(n) + 3 compile calls."""
     return math.log2(max(n, 1)) + 3
+
+
+def bisection(request: Minimization) -> Minimized:
+    """The ``Target.bisect`` hook of graph targets: :func:`bisect` the case, and write a
+    standalone reproducer (:func:`.repro.write_repro`) beside the minimized case once it is
+    saved."""
+    from targets.compiler.repro import write_repro
+
+    case = request.case
+    result = bisect(request.target, request.implementation, case.inputs, trial=request.trial)
+    minimized = Case(
+        target=case.target,
+        implementation=request.implementation.name,
+        inputs=result.minimized_inputs,
+        seed=case.seed,
+        failure=result.failure,
+        origin="bisect",
+    )
+
+    def repro(saved: Case, path: Any) -> dict[str, Any]:
+        script = write_repro(
+            saved,
+            path,
+            first_node=result.first_node,
+            op=result.op,
+            window=result.window,
+            signature=result.signature,
+        )
+        return {"repro": script}
+
+    return Minimized(
+        case=minimized,
+        tests=result.compile_calls,
+        lines=result.lines(),
+        details=result.to_json(),
+        companions=repro,
+        reproduced=result.confirmed,
+    )
