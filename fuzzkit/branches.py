@@ -193,8 +193,8 @@ class Meter:
             if type(exc).__name__ == "NoDataError":
                 return {"totals": {}, "files": {}}
             raise
-        finally:
-            os.unlink(path)
+        finally:  # coverage.py removes its output file itself when the report fails
+            Path(path).unlink(missing_ok=True)
 
     def report(self, label: str) -> dict[str, Any]:
         """The pair's coverage (see the module docstring); call after :meth:`tick` ``force``."""

@@ -13,6 +13,7 @@ import os
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -50,7 +51,13 @@ def build_parser() -> argparse.ArgumentParser:
         "(default 60; a run ends within it plus about one case time limit)",
     )
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--profile", choices=("ci", "campaign"), default="campaign")
+    p.add_argument(
+        "--profile",
+        choices=("ci", "campaign"),
+        default=None,
+        help="campaign (default; or $HYPOTHESIS_PROFILE when it names one of these) keeps "
+        "failing examples in CORPUS/.hypothesis and replays them first; ci keeps none",
+    )
     p.add_argument("--report-dir", type=Path, default=Path("reports"))
     p.add_argument("--corpus", type=Path, default=None, help="corpus root (default ./corpus)")
     p.add_argument(
@@ -180,8 +187,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "bisect",
-        help="find the first diverging node of a failing graph case "
-        "and its smallest failing window",
+        help="run the bisection of the case's target (compiler: the first diverging node "
+        "of a failing graph case and its smallest failing window)",
     )
     p.add_argument("path", type=Path, metavar="CASE")
     p.add_argument("--impl", help="implementation to bisect (default: the case's)")
@@ -338,42 +345,47 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    if args.steer and not args.coverage:
-        raise UsageError("--steer rewards new branches, which --coverage measures: add --coverage")
+    """Every run goes through one pipeline (:mod:`fuzzkit.campaign`); ``--workers 1`` runs its
+    worker in this process."""
     if args.memory_mb is not None and not args.isolate:
         raise UsageError("--memory-mb needs --isolate")
-    _require_writable_outputs(args)
-    if (
-        args.workers > 1
-        or args.backend == "ray"
-        or args.resume is not None
-        or args.isolate
-        or args.engine != "hypothesis"
-    ):
-        if args.coverage or args.mutant:
-            raise UsageError(
-                "--coverage and --mutant run in one process: drop "
-                "--workers/--backend/--isolate/--engine/--resume to use them"
-            )
-        return _run_campaign(args)
-    from fuzzkit import corpus
-    from fuzzkit.registry import target_names
-
     if args.all and args.targets:
         raise UsageError("give target names or --all, not both")
-    names = target_names() if args.all else args.targets
-    if not names:
-        raise UsageError("name at least one target, or pass --all (`fuzzkit list` shows them)")
-    known = _load_known(args.known)
-    # Coverage starts before any target module is imported, so definitions count as run.
-    meter = _coverage_meter(names, args.impl) if args.coverage else None
-    try:
-        plan, skipped, mutants = _run_plan(names, args)
-        root = args.corpus or corpus.default_root()
-        return _run_plan_in_process(args, plan, skipped, mutants, root, known, meter)
-    finally:
-        if meter is not None:
-            meter.stop()
+    _require_writable_outputs(args)
+    from fuzzkit.campaign import CampaignOptions, run_campaign
+
+    progress = args.progress or ("live" if sys.stdout.isatty() else "quiet")
+    profile = args.profile or os.environ.get("HYPOTHESIS_PROFILE", "campaign")
+    if profile not in ("ci", "campaign"):
+        profile = "campaign"  # a profile of the user's own tests, not one of fuzzkit's
+    # every option named alike on the command line and in CampaignOptions is passed as given
+    same = {f.name for f in dataclasses.fields(CampaignOptions)} & set(vars(args))
+    result = run_campaign(
+        CampaignOptions(
+            **{name: getattr(args, name) for name in same - {"profile", "progress", "known"}},
+            profile=profile,
+            progress=progress,
+            known=_load_known(args.known),
+            mutants=args.mutant,
+            confirm=not args.no_confirm,
+        )
+    )
+    if progress != "jsonl":
+        print(f"report: {result.summary}")
+    found = len(result.findings)
+    if result.status == "error":
+        for worker, error in result.errors:
+            who = "coordinator" if worker < 0 else f"worker {worker}"
+            print(f"fuzzkit: internal error in {who}: {error}", file=sys.stderr)
+        print(
+            f"fuzzkit: the run stopped on an internal error; {found} finding(s) saved",
+            file=sys.stderr,
+        )
+        return EXIT_INTERNAL
+    if result.status == "interrupted":
+        print(f"fuzzkit: interrupted; {found} finding(s) saved", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    return EXIT_FINDINGS if found else EXIT_CLEAN
 
 
 def _require_writable_outputs(args: argparse.Namespace) -> None:
@@ -396,315 +408,11 @@ def _load_known(path: Path | None) -> Any:
     return known.load(path)
 
 
-def _coverage_meter(names: Sequence[str], impl_spec: str | None) -> Any:
-    from fuzzkit import branches, registry
-
-    modules = registry.source_packages(names)
-    if impl_spec and ":" in impl_spec:
-        modules.append(impl_spec.partition(":")[0])
-    meter = branches.Meter([m for m in modules if branches.module_file(m) is not None])
-    meter.start()
-    return meter
-
-
-def _run_plan(
-    names: Sequence[str], args: argparse.Namespace
-) -> tuple[list[Any], list[Any], list[Any]]:
-    """(target, impl) pairs to fuzz, the skipped ones, and the mutants to apply."""
-    from fuzzkit.registry import get_target, resolve_implementation
-
-    targets = [get_target(n) for n in names]  # unknown names fail here, before any work
-    mutants: list[Any] = []
-    if args.mutant:
-        if len(targets) != 1:
-            raise UsageError("--mutant plants bugs in one target: name exactly one")
-        mutants = [targets[0].mutant(m) for m in args.mutant]
-        patched = {m.implementation for m in mutants}
-        if len(patched) != 1:
-            raise UsageError(
-                f"the mutants patch different implementations ({sorted(patched)}); "
-                "plant bugs of one implementation per run"
-            )
-        if args.impl and args.impl not in patched:
-            raise UsageError(
-                f"--mutant patches implementation {patched.pop()!r}, not {args.impl!r}"
-            )
-        args.impl = next(iter(patched))
-    plan, skipped = [], []
-    for target in targets:
-        impls = (
-            [resolve_implementation(target, args.impl)]
-            if args.impl
-            else list(target.implementations.values())
-        )
-        for impl in impls:
-            reason = impl.unavailable()
-            if reason:
-                skipped.append(
-                    {"target": target.name, "implementation": impl.name, "reason": reason}
-                )
-            else:
-                plan.append((target, impl))
-    if not plan:
-        raise UsageError("nothing to run: every selected implementation is unavailable here")
-    return plan, skipped, mutants
-
-
-def _run_plan_in_process(
-    args: argparse.Namespace,
-    plan: list[Any],
-    skipped: list[Any],
-    mutants: list[Any],
-    root: Path,
-    known: Any,
-    meter: Any,
-) -> int:
-    import contextlib
-    import time
-
-    from fuzzkit import corpus
-    from fuzzkit.campaign import RunRecorder, write_html_if_available
-    from fuzzkit.engines.hypothesis import fuzz
-    from fuzzkit.report import new_run_dir, result_row, write_report
-
-    # Each pair's share comes from what is left: a pair that ran over (a slow first case) is paid
-    # for by the ones after it, so the whole run keeps to its budget.
-    run_deadline = time.monotonic() + args.budget
-    rows: list[dict[str, Any]] = []
-    findings: list[tuple[str, str]] = []
-    run_dir = new_run_dir(args.report_dir, args.seed)
-    run_id = run_dir.name
-    interrupted = False
-    recorder = RunRecorder(
-        run_dir,
-        seed=args.seed,
-        budget=args.budget,
-        plan=[[t.name, i.name] for t, i in plan],
-        corpus=root,
-        profile=args.profile,
-        case_timeout=args.case_timeout,
-    )
-    coverage: dict[str, Any] = {}
-    try:
-        for target, impl in plan:
-            pairs_left = len(plan) - len(rows)
-            share = max(0.0, run_deadline - time.monotonic()) / pairs_left
-            _status(f"fuzzing {target.name}/{impl.name} for {share:.1f} s ...")
-            on_case = recorder.progress_callback(target.name, impl.name)
-            if meter is not None:
-                from fuzzkit.registry import source_packages
-
-                meter.pair(
-                    f"{target.name}/{impl.name}",
-                    target.coverage_sources(impl) or source_packages([target.name]),
-                )
-
-            def counted(n: int, on_case: Any = on_case) -> None:
-                on_case(n)
-                if meter is not None:
-                    meter.tick()
-
-            saved: list[tuple[Any, Path]] = []
-
-            def on_finding(
-                case: Any,
-                sequence: Any,
-                target: Any = target,
-                saved: list[tuple[Any, Path]] = saved,
-            ) -> None:
-                path = corpus.save(case, root)
-                if sequence is not None:
-                    sequence.save(corpus.directory(root, target.name, "sequences"))
-                saved.append((case, path))
-                recorder.found(case, path, sequence)
-                _status(f"  found {case.failure.signature} -> {path}")
-
-            confirm = None if args.no_confirm else _confirmer(target, impl, args, mutants, share)
-            with contextlib.ExitStack() as stack:
-                for mutant in mutants:
-                    stack.enter_context(mutant.applied())
-                result = fuzz(
-                    target,
-                    impl,
-                    budget=share,
-                    seed=args.seed,
-                    profile=args.profile,
-                    case_timeout=args.case_timeout,
-                    on_case=counted,
-                    known=known,
-                    confirm=confirm,
-                    on_finding=on_finding,
-                    max_findings=args.max_findings,
-                    max_cases=args.max_cases,
-                    steer=meter.novelty if meter is not None and args.steer else None,
-                )
-            on_case(result.cases, final=True)
-            for case, _path in saved:
-                findings.append((case.case_id, case.dumps() + "\n"))
-            row = result_row(result, [path for _, path in saved])
-            if mutants:
-                row["mutants"] = [m.name for m in mutants]
-            if meter is not None:
-                meter.tick(force=True)
-                row["coverage"] = coverage[f"{target.name}/{impl.name}"] = meter.report(
-                    f"{target.name}/{impl.name}"
-                )
-            rows.append(row)
-            if result.interrupted:  # Ctrl-C: the unfinished findings were saved as they stood
-                interrupted = True
-                break
-    except KeyboardInterrupt:  # between cases or while saving: what is on disk stays, say so
-        interrupted = True
-    status = "interrupted" if interrupted else "done"
-    recorder.finish(status=status)
-    summary = write_report(
-        args.report_dir,
-        run_id,
-        args.seed,
-        args.budget,
-        rows,
-        skipped,
-        findings,
-        known=known,
-        status=status,
-    )
-    from fuzzkit.case import atomic_write_text
-
-    if coverage:
-        atomic_write_text(
-            args.report_dir / run_id / "coverage.json",
-            json.dumps(coverage, indent=1, sort_keys=True) + "\n",
-        )
-    reach = {
-        f"{r['target']}/{r['implementation']}": {
-            "operations": r.get("operations"),
-            "thresholds": r.get("reach"),
-        }
-        for r in rows
-        if r.get("operations") or r.get("reach")
-    }
-    if reach:
-        atomic_write_text(
-            args.report_dir / run_id / "reach.json",
-            json.dumps(reach, indent=1, sort_keys=True) + "\n",
-        )
-    write_html_if_available(args.report_dir / run_id)
-    _print(_summary_table(rows, skipped))
-    if coverage:
-        _print(_coverage_table(coverage))
-    print(f"report: {summary}")
-    if interrupted:
-        print(f"fuzzkit: interrupted; {len(findings)} finding(s) saved", file=sys.stderr)
-        return EXIT_INTERRUPTED
-    return EXIT_FINDINGS if findings else EXIT_CLEAN
-
-
-def _confirmer(
-    target: Any, impl: Any, args: argparse.Namespace, mutants: list[Any], share: float
-) -> Any:
-    """Fresh-process confirmation for one pair; minimizing a state-dependent finding's sequence
-    may take a quarter of the pair's share (10 s at least, 120 s at most)."""
-    from fuzzkit.fresh import FreshConfirmer, FreshContext
-    from fuzzkit.isolation import target_source_spec
-
-    spec = target_source_spec(target.name)
-    preload = (spec.partition(":")[0],) if spec else ()
-    return FreshConfirmer(
-        FreshContext(
-            target=target.name,
-            implementation=args.impl or impl.name,
-            mutants=tuple(m.name for m in mutants),
-            preload=preload,
-            target_spec=spec,
-            case_timeout=args.case_timeout,
-            time_limit=max(10.0, min(120.0, share / 4)),
-        )
-    )
-
-
-def _summary_table(rows: list[dict[str, Any]], skipped: list[dict[str, Any]]) -> Any:
-    from rich.markup import escape
-
-    table = _table("target", "impl", "cases", "cases/s", "verdict")
-    for row in rows:
-        found = row.get("findings") or []
-        if not found:
-            verdict = "[green]clean[/]"
-        else:
-            verdict = "\n".join(
-                f"[red]{escape(f['signature'])}[/]\n{escape(str(f['case']))}" for f in found
-            )
-        if row.get("known_hits"):
-            verdict += f"\n[dim]known: {sum(row['known_hits'].values())} case(s) skipped[/]"
-        table.add_row(
-            row["target"],
-            row["implementation"],
-            str(row["cases"]),
-            f"{row['cases_per_second']:.1f}",
-            verdict,
-        )
-    for s in skipped:
-        table.add_row(s["target"], s["implementation"], "-", "-", f"skipped: {s['reason']}")
-    return table
-
-
-def _coverage_table(coverage: dict[str, Any]) -> Any:
-    table = _table("target/impl", "branches", "branch %", "line %", "missed branches", "excluded")
-    for label, c in coverage.items():
-        table.add_row(
-            label,
-            f"{c['covered_branches']}/{c['branches']}",
-            f"{c['branch_percent']:.1f}",
-            f"{c['line_percent']:.1f}",
-            str(len(c["missing_branches"])),
-            str(len(c["excluded"])),
-        )
-    return table
-
-
 def cmd_report(args: argparse.Namespace) -> int:
     from fuzzkit.report_html import write_html
 
     print(f"report: {write_html(args.run_dir)}")
     return EXIT_CLEAN
-
-
-def _run_campaign(args: argparse.Namespace) -> int:
-    from fuzzkit.campaign import CampaignOptions, run_campaign
-
-    if args.resume is not None and (args.targets or args.all):
-        raise UsageError("--resume continues a run's own plan; give no targets")
-    progress = args.progress or ("live" if sys.stdout.isatty() else "quiet")
-    result = run_campaign(
-        CampaignOptions(
-            targets=args.targets,
-            all=args.all,
-            impl=args.impl,
-            budget=args.budget,
-            seed=args.seed,
-            profile=args.profile,
-            report_dir=args.report_dir,
-            corpus=args.corpus,
-            case_timeout=args.case_timeout,
-            workers=args.workers,
-            backend=args.backend,
-            address=args.address,
-            num_gpus=args.num_gpus,
-            isolate=args.isolate,
-            memory_mb=args.memory_mb,
-            engine=args.engine,
-            progress=progress,
-            resume=args.resume,
-            known=_load_known(args.known),
-            max_cases=args.max_cases,
-            confirm=not args.no_confirm,
-        )
-    )
-    if progress != "jsonl":
-        print(f"report: {result.summary}")
-    if result.status == "interrupted":
-        return EXIT_INTERRUPTED
-    return EXIT_FINDINGS if result.findings else EXIT_CLEAN
 
 
 def _case_implementation(target: Any, case: Any, path: Path, chosen: str | None) -> Any:
@@ -800,8 +508,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def cmd_shrink(args: argparse.Namespace) -> int:
+    """Minimize a case file with its target's ``minimize`` hook (ddmin by default)."""
     from fuzzkit.admission import case_checker
-    from fuzzkit.shrink.ddmin import shrink_case
+    from fuzzkit.shrink.hook import CannotMinimize, minimize
 
     ((path, case, target),) = _load_admitted([args.path], args)
     if not hasattr(case, "inputs"):
@@ -815,19 +524,32 @@ def cmd_shrink(args: argparse.Namespace) -> int:
         target, impl, isolate=isolate, case_timeout=args.case_timeout, memory_mb=memory_mb
     ) as check:
         try:
-            result = shrink_case(
+            result = minimize(
                 target, impl, case, timeout=args.case_timeout, checker=check if isolate else None
             )
-        except ValueError as exc:
+        except CannotMinimize as exc:  # the case passes, or the hook does not apply
             raise UsageError(f"{path}: {exc}") from None
-    out = _save_case(result.case, args.output or path.parent)
-    sizes = ", ".join(f"{k}: {result.before[k]} -> {result.after[k]}" for k in result.before)
-    print(
-        f"shrunk in {result.tests} tests ({sizes or 'nothing reducible'}); "
-        f"{result.case.failure.signature if result.case.failure else ''}"
-    )
+    out, companions = _save_minimized(result, args.output or path.parent)
+    for line in result.lines:
+        print(line)
     print(f"wrote {out}")
+    for label, written in companions.items():
+        print(f"{label}: {written}")
     return EXIT_CLEAN  # success: the smaller case is written
+
+
+def _save_minimized(result: Any, directory: Path) -> tuple[Path, dict[str, Path]]:
+    """Save a hook's minimized case, then the files it writes beside it (a repro script)."""
+    path = _save_case(result.case, directory)
+    if result.companions is None:
+        return path, {}
+    try:
+        return path, dict(result.companions(result.case, path))
+    except OSError as exc:
+        raise UsageError(
+            f"cannot write beside {path}: {exc.strerror or exc}; pass a writable directory "
+            "(--output/--out)"
+        ) from None
 
 
 def _save_case(case: Any, directory: Path) -> Path:
@@ -841,18 +563,18 @@ def _save_case(case: Any, directory: Path) -> Path:
 
 
 def cmd_bisect(args: argparse.Namespace) -> int:
+    """Run the ``bisect`` hook of the case's target (e.g. the compiler's search for the first
+    diverging node), save its minimized case and whatever it writes beside it."""
     from fuzzkit.admission import case_checker
-    from fuzzkit.case import Case, load
+    from fuzzkit.case import load
     from fuzzkit.registry import get_target
-    from fuzzkit.shrink.bisect import NotFailing, bisect, is_graph_case
-    from fuzzkit.shrink.repro import write_repro
+    from fuzzkit.shrink.hook import CannotMinimize, Minimization, NotFailing, trial_for
 
     case = load(args.path)
-    get_target(case.target)  # an unknown target is named before anything else
-    if not is_graph_case(case.inputs):
+    hook = get_target(case.target).bisect  # an unknown target is named before anything else
+    if hook is None:
         raise UsageError(
-            f"{args.path}: not a graph case (target {case.target!r}; bisect needs "
-            "inputs with graph, values and dtype); use `fuzzkit shrink`"
+            f"{args.path}: target {case.target!r} has no bisection; use `fuzzkit shrink`"
         )
     target = _admit(args.path, case, args)
     impl = _case_implementation(target, case, args.path, args.impl)
@@ -874,75 +596,40 @@ def cmd_bisect(args: argparse.Namespace) -> int:
         memory_mb=memory_mb,
         mutants=[mutant] if mutant else [],
     ) as check:
+        trial = trial_for(
+            target, impl, timeout=args.case_timeout, checker=check if isolate else None
+        )
         try:
-            result = bisect(
-                target,
-                impl,
-                case.inputs,
-                timeout=args.case_timeout,
-                checker=check if isolate else None,
-            )
+            result = hook(Minimization(target, impl, case, trial))
         except NotFailing as exc:
             if args.json:
                 print(json.dumps({"case": str(args.path), "failed": False, "error": str(exc)}))
             else:
                 print(f"{args.path}: {exc}")
             return EXIT_CLEAN  # the case passes: nothing to bisect
-    out_dir = args.out or args.path.parent / "bisected"
-    minimized = Case(
-        target=case.target,
-        implementation=impl.name,
-        inputs=result.minimized_inputs,
-        seed=case.seed,
-        failure=result.failure,
-        origin="bisect",
-    )
-    case_path = _save_case(minimized, out_dir)
-    repro = write_repro(
-        minimized,
-        case_path,
-        first_node=result.first_node,
-        op=result.op,
-        window=result.window,
-        signature=result.signature,
-    )
+        except CannotMinimize as exc:
+            raise UsageError(f"{args.path}: {exc}") from None
+    case_path, companions = _save_minimized(result, args.out or args.path.parent / "bisected")
     if args.json:
         print(
             json.dumps(
                 {
-                    **result.to_json(),
+                    **result.details,
                     "case": str(args.path),
                     "failed": True,
                     "minimized_case": str(case_path),
-                    "repro": str(repro),
+                    **{label: str(path) for label, path in companions.items()},
                     "mutant": args.mutant,
                 },
                 indent=2,
             )
         )
         return EXIT_FINDINGS  # the divergence reproduces
-    status = (
-        "NONDETERMINISTIC"
-        if result.nondeterministic
-        else "confirmed"
-        if result.confirmed
-        else "not confirmed"
-    )
-    print(
-        f"first diverging node: {result.first_node} ({result.op}), node "
-        f"{result.first_index + 1} of {result.original_nodes}"
-    )
-    print(f"window: {len(result.window)} node(s): {', '.join(result.window)}")
-    print(f"signature: {result.signature}")
-    if result.other_divergence:
-        o = result.other_divergence
-        print(
-            f"note: an earlier divergence of another class at {o['node']} ({o['op']}): "
-            f"{o['signature']}; bisect stayed on {result.signature}"
-        )
-    print(f"compile calls: {result.compile_calls} in {result.seconds:.1f} s; {status}")
+    for line in result.lines:
+        print(line)
     print(f"minimized case: {case_path}")
-    print(f"repro: {repro}" + (f" (run with --mutant {args.mutant})" if args.mutant else ""))
+    for label, path in companions.items():
+        print(f"{label}: {path}" + (f" (run with --mutant {args.mutant})" if args.mutant else ""))
     return EXIT_FINDINGS  # the divergence reproduces
 
 
@@ -1046,7 +733,8 @@ def _table(*columns: str) -> Any:
 def _print(renderable: Any) -> None:
     from rich.console import Console
 
-    Console(width=max(100, _terminal_width())).print(renderable)
+    # no emoji codes: a signature such as mismatch:clamp:float16 is data, not ":clamp:"
+    Console(width=max(100, _terminal_width()), emoji=False).print(renderable)
 
 
 def _terminal_width() -> int:

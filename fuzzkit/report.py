@@ -14,7 +14,6 @@ from typing import Any, Iterable
 
 from fuzzkit import __version__
 from fuzzkit.case import atomic_write_text
-from fuzzkit.engines.hypothesis import FuzzResult
 
 
 def new_run_id(seed: int) -> str:
@@ -56,47 +55,6 @@ def require_writable(directory: Path, what: str, option: str) -> None:
         ) from None
 
 
-def result_row(result: FuzzResult, finding_paths: Any = None) -> dict[str, Any]:
-    """One summary row per (target, implementation): every distinct finding, the first one also
-    as ``finding`` (older readers), known-signature hits, operation counts and threshold reach.
-    ``finding_paths`` are the saved files of ``result.findings``, in order (or one path)."""
-    if finding_paths is None or isinstance(finding_paths, (str, Path)):
-        finding_paths = [finding_paths] if finding_paths is not None else []
-    findings = []
-    for i, case in enumerate(result.findings or ([result.finding] if result.finding else [])):
-        failure = case.failure
-        if failure is None:
-            continue
-        inner = failure.signature.removeprefix("state-dependent:")
-        first = result.found_at.get(failure.signature) or result.found_at.get(inner) or {}
-        path = finding_paths[i] if i < len(finding_paths) else None
-        entry = {
-            "kind": failure.kind,
-            "signature": failure.signature,
-            "message": failure.message,
-            "case": str(path) if path else None,
-            "seconds_to_first_failure": first.get("seconds"),
-            "cases_to_first_failure": first.get("cases"),
-        }
-        if failure.kind == "state-dependent":
-            entry["sequence"] = failure.details.get("sequence")
-        findings.append(entry)
-    return {
-        "target": result.target,
-        "implementation": result.implementation,
-        "seed": result.seed,
-        "cases": result.cases,
-        "seconds": round(result.seconds, 3),
-        "cases_per_second": round(result.cases_per_second, 2),
-        "finding": findings[0] if findings else None,
-        "findings": findings,
-        "other_signatures": result.other_signatures,
-        "known_hits": dict(getattr(result, "known_hits", {}) or {}),
-        "operations": dict(getattr(result, "operations", {}) or {}),
-        "reach": list(getattr(result, "reach", []) or []),
-    }
-
-
 def write_report(
     report_dir: Path,
     run_id: str,
@@ -107,6 +65,7 @@ def write_report(
     findings: Iterable[tuple[str, str]],
     known: Any = None,
     status: str = "done",
+    elapsed: float | None = None,
 ) -> Path:
     """Write the run's report directory and return the path of ``summary.json``."""
     out = report_dir / run_id
@@ -121,6 +80,7 @@ def write_report(
         "machine": platform.machine(),
         "seed": seed,
         "budget_seconds": budget,
+        "elapsed_seconds": round(elapsed, 3) if elapsed is not None else None,
         "cases": total_cases,
         "seconds": round(total_seconds, 3),
         "cases_per_second": round(total_cases / total_seconds, 2) if total_seconds else 0.0,

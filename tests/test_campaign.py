@@ -195,7 +195,8 @@ def test_sigkill_at_random_moments_then_resume(tmp_path: Path) -> None:
     done = subprocess.run(base + ["--resume", str(run_dir)], capture_output=True, text=True,
                           env=env, cwd=tmp_path, timeout=90)
     state = read_state(run_dir)
-    assert state["status"] == "done" and state["elapsed"] <= 16 + 1e-6, done.stderr
+    # the true elapsed time over every session: the budget, plus at most one case time limit
+    assert state["status"] == "done" and 15 <= state["elapsed"] <= 16 + 20 + 2, done.stderr
     final = _findings(run_dir)
     assert {e["case"] for e in final} >= logged
     assert done.returncode == (1 if final else 0), done.stderr
@@ -232,7 +233,7 @@ def test_isolated_campaign_turns_a_segfault_into_a_finding(tmp_path: Path) -> No
 
 
 @pytest.mark.parametrize("argv, needle", [
-    (["run", "--resume", "/no/such/run"], "not a campaign run directory"),
+    (["run", "--resume", "/no/such/run"], "not a run directory"),
     (["run", "toy-dot", "--memory-mb", "100"], "--memory-mb needs --isolate"),
     (["run", "toy-dot", "--workers", "0"], "must be at least 1"),
     (["run", "toy-dot", "--backend", "slurm"], "invalid choice"),

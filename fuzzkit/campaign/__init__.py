@@ -1,29 +1,40 @@
-"""Campaigns: many workers (local processes or Ray tasks) fuzzing one plan into one run directory.
+"""The run pipeline: one coordinator behind every ``fuzzkit run``.
 
-``run_campaign`` is the coordinator behind ``fuzzkit run --workers N`` / ``--backend ray`` /
-``--resume``.  Workers share the corpus and the Hypothesis database (``run_dir/db``) and report
-through ``run_dir/events.jsonl``; the coordinator folds those events into progress, deduplicates
-findings by (target, impl, signature), replaces hung or dead workers and keeps ``state.json``
-current so that a killed campaign can be resumed.
+``run_campaign`` fixes a :class:`~fuzzkit.campaign.model.Plan`, starts workers on a backend (this
+process for ``--workers 1``, spawned processes, or Ray tasks), folds their events into progress
+and ``state.json``, replaces hung or dead workers, stops everything at the budget plus one case
+time limit, and writes the summary with :mod:`fuzzkit.campaign.summary`.  Workers store findings
+(unshrunk first, then final) through a channel before they report them, so an interrupt, a kill
+or a save error never loses what was found: a finding whose worker died before finishing it is
+recovered from its pending file.  A killed run continues with ``--resume``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import signal
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
+from fuzzkit.campaign.model import Backend, Event, Item, Plan, RunState, WorkerSpec
 from fuzzkit.campaign.plan import assign, build_plan, source_modules, target_sources
 from fuzzkit.campaign.progress import Progress, Stats
-from fuzzkit.campaign.state import EventLog, EventReader, read_state, reconcile_claims, write_state
+from fuzzkit.campaign.state import (
+    EventLog,
+    EventReader,
+    claim_finding,
+    read_state,
+    reconcile_claims,
+    write_state,
+)
 from fuzzkit.errors import UsageError
 
 MAX_REPLACEMENTS = 32
+#: After Ctrl-C, workers get this long to store what they hold before they are killed.
+INTERRUPT_GRACE = 10.0
 
 
 @dataclasses.dataclass
@@ -38,7 +49,7 @@ class CampaignOptions:
     corpus: Path | None = None
     case_timeout: float = 60.0
     workers: int = 1
-    backend: str = "local"
+    backend: str = "local"  # local (this process with one worker) or ray
     address: str | None = None
     num_gpus: float = 0
     num_cpus: int | None = None  # local Ray instance size (default: Ray's own)
@@ -47,21 +58,123 @@ class CampaignOptions:
     engine: str = "hypothesis"
     progress: str = "quiet"
     resume: Path | None = None
-    hang_timeout: float | None = None  # default max(30, 3 * case_timeout)
+    hang_timeout: float | None = None  # default case_timeout + 30
     heartbeat: float = 1.0
     known: Any = None  # fuzzkit.known.KnownSignatures: accepted signatures, never chased
     confirm: bool = True  # replay findings in a fresh process (state-dependent ones)
     max_cases: int | None = None  # per target x implementation and worker (libFuzzer's -runs)
+    max_findings: int | None = None  # per target x implementation
+    mutants: Sequence[str] = ()  # shipped mutants of the (single) target to fuzz under
+    coverage: bool = False  # branch coverage of the code under test (this process only)
+    steer: bool = False  # with coverage: reward new branches
+    spawn: bool = False  # run even a single worker in a process of its own
 
 
 @dataclasses.dataclass
 class CampaignResult:
     run_dir: Path
     summary: Path
-    findings: list[dict[str, Any]]
+    findings: list[Event]
     cases: int
     elapsed: float
-    status: str
+    status: str  # done | interrupted | error
+    rows: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    errors: list[tuple[int, str]] = dataclasses.field(default_factory=list)
+
+
+def run_campaign(opts: CampaignOptions) -> CampaignResult:
+    meter = _coverage_meter(opts) if opts.coverage else None
+    try:
+        state, run_dir = _resumed(opts) if opts.resume is not None else _fresh(opts)
+        return _Coordinator(state, run_dir.resolve(), opts, meter).run()
+    finally:
+        if meter is not None:
+            meter.stop()
+
+
+# ---------------------------------------------------------------------------------- planning
+
+
+def _fresh(opts: CampaignOptions) -> tuple[RunState, Path]:
+    from fuzzkit import corpus as corpus_mod
+    from fuzzkit.report import new_run_dir
+
+    if opts.workers < 1:
+        raise UsageError("--workers must be at least 1")
+    items, skipped = build_plan(opts.targets, opts.all, opts.impl)
+    backend = opts.backend
+    if backend == "local" and opts.workers == 1 and not opts.spawn:
+        backend = "inprocess"
+    if (opts.coverage or opts.steer) and backend != "inprocess":
+        raise UsageError("--coverage measures this process: run it with --workers 1, no Ray")
+    if opts.steer and not opts.coverage:
+        raise UsageError("--steer rewards new branches, which --coverage measures: add --coverage")
+    mutants = _checked_mutants(opts, items)
+    # the options a plan keeps as given; the others are resolved here
+    kept = _shared_fields(Plan, CampaignOptions) - {"backend", "corpus", "mutants", "known"}
+    plan = Plan(
+        items=items,
+        skipped=skipped,
+        backend=backend,
+        corpus=str(Path(opts.corpus or corpus_mod.default_root()).resolve()),
+        mutants=mutants,
+        known=opts.known.to_json() if opts.known is not None else [],
+        **{name: getattr(opts, name) for name in kept},
+    )
+    run_dir = new_run_dir(Path(opts.report_dir), opts.seed)
+    state = RunState(run_id=run_dir.name, plan=plan, started=time.time())
+    write_state(run_dir, state.to_json())
+    return state, run_dir
+
+
+def _shared_fields(a: Any, b: Any) -> set[str]:
+    return {f.name for f in dataclasses.fields(a)} & {f.name for f in dataclasses.fields(b)}
+
+
+def _checked_mutants(opts: CampaignOptions, items: list[Item]) -> list[str]:
+    """Mutants plant bugs in one target's one implementation; checked before any fuzzing."""
+    if not opts.mutants:
+        return []
+    from fuzzkit.registry import get_target
+
+    names = {t for t, _ in items}
+    if len(names) != 1:
+        raise UsageError("--mutant plants bugs in one target: name exactly one")
+    target = get_target(names.pop())
+    patched = {target.mutant(m).implementation for m in opts.mutants}
+    if len(patched) != 1:
+        raise UsageError(
+            f"the mutants patch different implementations ({sorted(patched)}); "
+            "plant bugs of one implementation per run"
+        )
+    impl = patched.pop()
+    if opts.impl and opts.impl != impl:
+        raise UsageError(f"--mutant patches implementation {impl!r}, not {opts.impl!r}")
+    if (opts.isolate or opts.engine == "atheris") and len(opts.mutants) > 1:
+        raise UsageError("--isolate and --engine atheris plant one mutant at a time")
+    if not any(i == impl for _, i in items):
+        raise UsageError(f"--mutant patches implementation {impl!r}, which is not in the plan")
+    items[:] = [(t, i) for t, i in items if i == impl]
+    return list(opts.mutants)
+
+
+def _resumed(opts: CampaignOptions) -> tuple[RunState, Path]:
+    if opts.targets or opts.all:
+        raise UsageError("--resume continues a run's own plan; give no targets")
+    run_dir = Path(opts.resume or ".")
+    if not (run_dir / "state.json").is_file():
+        raise UsageError(f"{run_dir} is not a run directory (no state.json)")
+    data = read_state(run_dir)
+    if isinstance(data.get("plan"), list):
+        _trusted_plan(data["plan"], run_dir / "state.json", opts.impl)
+    if data.get("backend") == "local" and data.get("in_process"):
+        data["backend"] = "inprocess"  # written by fuzzkit 0.x's single-process runs
+    state = RunState.from_json(data, run_dir / "state.json")
+    state.resumes += 1
+    if opts.known is not None:
+        state.plan.known = opts.known.to_json()
+    state.plan.confirm = state.plan.confirm and opts.confirm
+    return state, run_dir
 
 
 def _trusted_plan(plan: Any, source: Path, allowed: str | None) -> list[tuple[str, str]]:
@@ -88,262 +201,326 @@ def _trusted_plan(plan: Any, source: Path, allowed: str | None) -> list[tuple[st
     return pairs
 
 
-#: Fields of a state file a resumed campaign reads, with what each must be.
-_NUMBER = (int, float)
-_STATE_FIELDS: dict[str, tuple[Any, Callable[[Any], bool]]] = {
-    "budget": (_NUMBER, lambda v: 0 < v < 1e9),
-    "elapsed": (_NUMBER, lambda v: 0 <= v < 1e9),
-    "case_timeout": (_NUMBER, lambda v: 0 < v < 1e6),
-    "seed": (int, lambda v: -(2**63) <= v < 2**64),
-    "workers": (int, lambda v: 1 <= v <= 4096),
-    "next_worker": (int, lambda v: 0 <= v < 2**31),
-    "resumes": (int, lambda v: 0 <= v < 2**31),
-    "backend": (str, lambda v: v in ("local", "ray")),
-    "engine": (str, lambda v: v in ("hypothesis", "atheris")),
-    "profile": (str, lambda v: v in ("ci", "campaign")),
-    "isolate": (bool, lambda v: True),
-    "memory_mb": ((int, type(None)), lambda v: v is None or 0 < v < 2**31),
-    "corpus": (str, lambda v: 0 < len(v) < 4096),
-    "skipped": (list, lambda v: len(v) < 4096),
-    "known": (list, lambda v: len(v) < 100_000),
-}
+def _coverage_meter(opts: CampaignOptions) -> Any:
+    """Coverage starts before any target module is imported, so definitions count as run."""
+    from fuzzkit import branches, registry
+
+    names = registry.target_names() if opts.all else list(opts.targets)
+    modules = registry.source_packages(names)
+    if opts.impl and ":" in opts.impl:
+        modules.append(opts.impl.partition(":")[0])
+    meter = branches.Meter([m for m in modules if branches.module_file(m) is not None])
+    meter.start()
+    return meter
 
 
-def _check_resumable(state: dict[str, Any], source: Path) -> None:
-    """A state file to resume from names what the workers will do: every field it is read for
-    has the type and range fuzzkit writes (a hand-edited file is one line, not a traceback)."""
-    for key, (kinds, ok) in _STATE_FIELDS.items():
-        if key not in state and key not in ("budget", "backend", "engine", "isolate", "corpus"):
-            continue
-        value = state.get(key)
-        if (
-            (isinstance(value, bool) and kinds is not bool)
-            or not isinstance(value, kinds)
-            or not ok(value)
-        ):
-            from fuzzkit.case import shown
-
-            raise UsageError(
-                f"{source}: {key!r} is {shown(value)}, not what fuzzkit writes; the "
-                "state file was edited or corrupted"
-            )
+# ------------------------------------------------------------------------------- coordinating
 
 
-def run_campaign(opts: CampaignOptions) -> CampaignResult:
-    from fuzzkit import corpus as corpus_mod
-    from fuzzkit.report import new_run_dir
+class _Coordinator:
+    """Starts the workers, watches them, and writes what they report (see module docstring)."""
 
-    if opts.resume is not None:
-        run_dir = Path(opts.resume)
-        if not (run_dir / "state.json").is_file():
-            raise UsageError(f"{run_dir} is not a campaign run directory (no state.json)")
-        state = read_state(run_dir)
-        _check_resumable(state, run_dir / "state.json")
-        state["resumes"] = int(state.get("resumes", 0)) + 1
-        plan = _trusted_plan(state.get("plan"), run_dir / "state.json", opts.impl)
-        skipped = state.get("skipped", [])
-    else:
-        if opts.workers < 1:
-            raise UsageError("--workers must be at least 1")
-        plan, skipped = build_plan(opts.targets, opts.all, opts.impl)
-        run_dir = new_run_dir(Path(opts.report_dir), opts.seed)
-        root = Path(opts.corpus or corpus_mod.default_root()).resolve()
-        state = {
-            "run_id": run_dir.name,
-            "seed": opts.seed,
-            "budget": opts.budget,
-            "plan": [list(p) for p in plan],
-            "workers": opts.workers,
-            "backend": opts.backend,
-            "engine": opts.engine,
-            "isolate": opts.isolate,
-            "memory_mb": opts.memory_mb,
-            "corpus": str(root),
-            "started": time.time(),
-            "elapsed": 0.0,
-            "status": "running",
-            "resumes": 0,
-            "profile": opts.profile,
-            "case_timeout": opts.case_timeout,
-            "skipped": skipped,
-            "next_worker": 0,
-            "address": opts.address,
-            "num_gpus": opts.num_gpus,
-            "known": opts.known.to_json() if opts.known is not None else [],
-        }
-        write_state(run_dir, state)
-    run_dir = run_dir.resolve()
-    state["status"] = "running"
-    backend_name = state["backend"] if opts.resume is not None else opts.backend
-    case_timeout = float(state.get("case_timeout", opts.case_timeout))
-    hang_timeout = opts.hang_timeout or max(30.0, 3 * case_timeout)
-    prior_elapsed = float(state.get("elapsed", 0.0))
-    remaining = float(state["budget"]) - prior_elapsed
+    def __init__(self, state: RunState, run_dir: Path, opts: CampaignOptions, meter: Any) -> None:
+        self.state = state
+        self.plan = state.plan
+        self.run_dir = run_dir
+        self.opts = opts
+        self.meter = meter
+        self.case_timeout = float(self.plan.case_timeout)
+        self.hang_timeout = opts.hang_timeout or self.case_timeout + 30.0
+        self.prior_elapsed = float(state.elapsed)
+        self.stats = Stats(self.plan.items)
+        self.reader = EventReader(run_dir)
+        self.log = EventLog(run_dir, worker=-1)
+        self.progress = Progress(opts.progress, float(self.plan.budget))
+        self.handles: dict[int, tuple[Any, WorkerSpec]] = {}
+        self.last_seen: dict[int, float] = {}
+        self.backend: Backend | None = None
+        self.session_start = time.monotonic()
+        self.status = "done"
 
-    reconcile_claims(run_dir)
-    stats = Stats(plan)
-    reader = EventReader(run_dir)
-    events = reader.read()
-    for event in events:
-        stats.add(event)
-    next_id = max(
-        [int(state.get("next_worker", 0))] + [int(e.get("worker", -1)) + 1 for e in events]
-    )
-    # A pair with findings keeps fuzzing: found signatures are skipped, new ones still count.
-    todo = list(plan)
+    def elapsed(self) -> float:
+        return self.prior_elapsed + time.monotonic() - self.session_start
 
-    progress = Progress(opts.progress, float(state["budget"]))
-    log = EventLog(run_dir, worker=-1)
-    progress.start(str(run_dir))
-    for event in stats.findings.values():
-        progress.finding(event)
-    session_start = time.monotonic()
-    deadline = session_start + remaining
-    handles: dict[int, tuple[Any, dict[str, Any]]] = {}
-    backend: Any = None
-    old_term = None
-    status = "done"
-
-    def elapsed() -> float:
-        return prior_elapsed + time.monotonic() - session_start
-
-    def save_state(st: str) -> None:
-        state.update(
-            elapsed=round(min(elapsed(), float(state["budget"])) if st == "done" else elapsed(), 3),
-            status=st,
-            next_worker=next_id,
+    def run(self) -> CampaignResult:
+        reconcile_claims(self.run_dir)
+        events = self.reader.read()
+        for event in events:
+            self.stats.add(event)
+        self.state.next_worker = max(
+            [self.state.next_worker] + [int(e.get("worker", -1)) + 1 for e in events]
         )
-        write_state(run_dir, state)
+        remaining = float(self.plan.budget) - self.prior_elapsed
+        self.deadline = self.session_start + remaining
+        # a run ends within its budget plus one case time limit (and a moment to exit)
+        self.hard_stop = self.deadline + self.case_timeout + 2.0
+        self.progress.start(str(self.run_dir))
+        for event in self.stats.findings.values():
+            self.progress.finding(event)
+        old_term = None
+        if _in_main_thread():
+            old_term = signal.signal(signal.SIGTERM, _raise_interrupt)
+        try:
+            self.save_state("running")
+            if remaining > 0.5:
+                self.backend = self._backend()
+                self._launch(remaining)
+                self._watch()
+        except KeyboardInterrupt:
+            self.status = "interrupted"
+            self._wind_down()
+        except Exception as exc:  # noqa: BLE001 - an internal error: exit 3 with a summary
+            self.status = "error"
+            self._fold()
+            if not self.stats.errors:  # the worker's own exit event says it better
+                self.stats.errors.append((-1, f"{type(exc).__name__}: {exc}"[:500]))
+            self._wind_down(grace=0.0)
+        finally:
+            self._finish(old_term)
+        return self._result()
 
-    if threading_main():
-        old_term = signal.signal(signal.SIGTERM, _raise_interrupt)
-    try:
-        save_state("running")
-        if remaining > 0.5 and todo:
-            backend = _backend(backend_name, state, opts)
-            sources = target_sources(sorted({t for t, _ in plan}))
-            common = {
-                "run_dir": str(run_dir),
-                "corpus": state["corpus"],
-                "profile": state.get("profile", opts.profile),
-                "case_timeout": case_timeout,
-                "engine": state["engine"],
-                "isolate": state["isolate"],
-                "memory_mb": state.get("memory_mb"),
-                "sources": sources,
-                "preload": source_modules(sources),
-                "sys_path": [p for p in sys.path if p],
-                "cwd": os.getcwd(),
-                "heartbeat": opts.heartbeat,
-                "confirm": opts.confirm,
-                "max_cases": opts.max_cases,
-                "known": opts.known.to_json() if opts.known is not None else state.get("known", []),
-            }
-            last_seen: dict[int, float] = {}
-            for items in assign(todo, int(state["workers"])):
-                spec = dict(
-                    common,
-                    worker=next_id,
-                    seed=int(state["seed"]) * 1000 + next_id,
-                    items=[list(i) for i in items],
-                    budget=remaining,
-                )
-                log.emit("worker_launch", worker=next_id, items=spec["items"])
-                handles[next_id] = (backend.start(spec), spec)
-                last_seen[next_id] = time.monotonic()
-                next_id += 1
-            save_state("running")
-            replacements, last_state = 0, time.monotonic()
-            hard_stop = deadline + 2 * hang_timeout + 30
-            while handles:
-                now = time.monotonic()
-                for event in reader.read():
-                    wid = event.get("worker", -1)
-                    if wid in last_seen:
-                        last_seen[wid] = now
-                    new = stats.add(event)
-                    if new is not None:
-                        progress.finding(new)
-                for wid, (handle, spec) in list(handles.items()):
-                    silent = now - last_seen[wid]
-                    dead = not backend.alive(handle)
-                    hung = not dead and (silent > hang_timeout or now > hard_stop)
-                    if not dead and not hung:
-                        continue
-                    if dead:
-                        # the last events a worker wrote before exiting
-                        for event in reader.read():
-                            new = stats.add(event)
-                            if new is not None:
-                                progress.finding(new)
-                        if wid in stats.exited:
-                            del handles[wid]
-                            continue
-                        log.emit(
-                            "worker_exit",
-                            worker=wid,
-                            status="died",
-                            exitcode=backend.exitcode(handle),
-                        )
-                    else:
-                        log.emit("worker_hung", worker=wid, silent_s=round(silent, 2))
-                        backend.kill(handle)
-                    stats.exited.add(wid)
-                    del handles[wid]
-                    left = deadline - now
-                    started = wid in stats.workers  # one that cannot start would die again
-                    if (
-                        started
-                        and left > 1.0
-                        and replacements < MAX_REPLACEMENTS
-                        and now < hard_stop
-                    ):
-                        replacements += 1
-                        new_spec = dict(
-                            spec,
-                            worker=next_id,
-                            budget=left,
-                            seed=int(state["seed"]) * 1000 + next_id,
-                        )
-                        log.emit("worker_replaced", worker=next_id, replaces=wid)
-                        handles[next_id] = (backend.start(new_spec), new_spec)
-                        last_seen[next_id] = time.monotonic()
-                        next_id += 1
-                        save_state("running")
-                if now - last_state >= 1.0:
-                    last_state = now
-                    save_state("running")
-                progress.update(stats, elapsed(), len(handles))
-                time.sleep(0.1)
-    except KeyboardInterrupt:
-        status = "interrupted"
-        raise
-    finally:
-        for wid, (handle, _) in list(handles.items()):
+    # ------------------------------------------------------------------ starting and watching
+
+    def _backend(self) -> Backend:
+        name = self.plan.backend
+        if name == "ray":
+            from fuzzkit.campaign.ray_backend import RayBackend
+
+            return RayBackend(
+                self.run_dir,
+                address=self.opts.address or self.plan.address,
+                num_gpus=self.opts.num_gpus or self.plan.num_gpus or 0,
+                num_cpus=self.opts.num_cpus,
+            )
+        from fuzzkit.campaign.local import InProcessBackend, LocalBackend
+
+        if name == "inprocess":
+            return InProcessBackend(self._fold_observed, meter=self.meter)
+        return LocalBackend()
+
+    def _spec(self, worker: int, items: list[Item], budget: float) -> WorkerSpec:
+        sources = target_sources(sorted({t for t, _ in self.plan.items}))
+        return WorkerSpec(
+            worker=worker,
+            seed=int(self.plan.seed) * 1000 + worker,
+            items=items,
+            budget=budget,
+            plan=self.plan,
+            run_dir=str(self.run_dir),
+            sources=sources,
+            preload=source_modules(sources),
+            sys_path=[p for p in sys.path if p],
+            cwd=os.getcwd(),
+            heartbeat=self.opts.heartbeat,
+            deadline=time.time() + budget,
+        )
+
+    def _launch(self, remaining: float) -> None:
+        assert self.backend is not None
+        inprocess = self.plan.backend == "inprocess"
+        for items in assign(self.plan.items, 1 if inprocess else int(self.plan.workers)):
+            wid = self.state.next_worker
+            self.state.next_worker += 1
+            spec = self._spec(wid, items, remaining)
+            self.log.emit("worker_launch", worker=wid, items=[list(i) for i in items])
+            self.last_seen[wid] = time.monotonic()
+            self.save_state("running")
             try:
-                backend.kill(handle)
-            except Exception:  # noqa: BLE001
+                handle = self.backend.start(spec)
+            except Exception:
+                self.stats.exited.add(wid)
+                raise
+            self.handles[wid] = (handle, spec)
+
+    def _watch(self) -> None:
+        assert self.backend is not None
+        replacements, last_state = 0, time.monotonic()
+        while self.handles:
+            now = time.monotonic()
+            self._fold()
+            for wid, (handle, spec) in list(self.handles.items()):
+                silent = now - self.last_seen[wid]
+                dead = not self.backend.alive(handle)
+                over = now > self.hard_stop
+                hung = not dead and (silent > self.hang_timeout or over)
+                if not dead and not hung:
+                    continue
+                if dead:
+                    self._fold()  # the last events it wrote before exiting
+                    if wid in self.stats.exited:
+                        del self.handles[wid]
+                        continue
+                    self.log.emit(
+                        "worker_exit",
+                        worker=wid,
+                        status="died",
+                        exitcode=self.backend.exitcode(handle),
+                    )
+                elif over:
+                    self.log.emit("worker_exit", worker=wid, status="killed", reason="budget")
+                    self.backend.kill(handle)
+                else:
+                    self.log.emit("worker_hung", worker=wid, silent_s=round(silent, 2))
+                    self.backend.kill(handle)
+                self.stats.exited.add(wid)
+                del self.handles[wid]
+                left = self.deadline - now
+                started = wid in self.stats.workers  # one that cannot start would die again
+                if started and not over and left > 1.0 and replacements < MAX_REPLACEMENTS:
+                    replacements += 1
+                    new_id = self.state.next_worker
+                    self.state.next_worker += 1
+                    new_spec = dataclasses.replace(
+                        spec,
+                        worker=new_id,
+                        budget=left,
+                        deadline=time.time() + left,
+                        seed=int(self.plan.seed) * 1000 + new_id,
+                    )
+                    self.log.emit("worker_replaced", worker=new_id, replaces=wid)
+                    self.handles[new_id] = (self.backend.start(new_spec), new_spec)
+                    self.last_seen[new_id] = time.monotonic()
+                    self.save_state("running")
+            if now - last_state >= 1.0:
+                last_state = now
+                self.save_state("running")
+            self.progress.update(self.stats, self.elapsed(), len(self.handles))
+            time.sleep(0.1)
+
+    def _fold(self) -> None:
+        if self.backend is not None:
+            self.backend.pump()
+        now = time.monotonic()
+        for event in self.reader.read():
+            wid = event.get("worker", -1)
+            if wid in self.last_seen:
+                self.last_seen[wid] = now
+            new = self.stats.add(event)
+            if new is not None:
+                self.progress.finding(new)
+
+    def _fold_observed(self, event: Event) -> None:
+        """An in-process worker wrote ``event``: show it now (the worker holds the thread)."""
+        if event.get("type") in ("progress", "finding", "item_done", "found"):
+            self._fold()
+            self.progress.update(self.stats, self.elapsed(), 1)
+            now = time.monotonic()
+            if now - self._last_observed_state >= 1.0:
+                self._last_observed_state = now
+                self.save_state("running")
+
+    _last_observed_state = 0.0
+
+    # --------------------------------------------------------------------------- stopping
+
+    def _wind_down(self, grace: float = INTERRUPT_GRACE) -> None:
+        """Ask every worker to stop and store what it holds; kill those still running after
+        ``grace`` seconds (a second Ctrl-C kills at once)."""
+        if self.backend is None or not self.handles:
+            return
+        for handle, _ in self.handles.values():
+            self.backend.interrupt(handle)
+        until = time.monotonic() + grace
+        try:
+            while self.handles and time.monotonic() < until:
+                self._fold()
+                for wid, (handle, _) in list(self.handles.items()):
+                    if not self.backend.alive(handle):
+                        del self.handles[wid]
+                time.sleep(0.1)
+        except KeyboardInterrupt:
+            pass
+
+    def _finish(self, old_term: Any) -> None:
+        for wid, (handle, _) in list(self.handles.items()):
+            try:
+                if self.backend is not None:
+                    self.backend.kill(handle)
+            except Exception:  # noqa: BLE001 - stopping must go on to the summary
                 pass
-            log.emit("worker_exit", worker=wid, status="killed")
-        if backend is not None:
-            backend.close()
+            self.log.emit("worker_exit", worker=wid, status="killed")
+        self.handles.clear()
+        self._fold()
+        if self.backend is not None:
+            self.backend.close()
         if old_term is not None:
             signal.signal(signal.SIGTERM, old_term)
-        reconcile_claims(run_dir)
-        for event in reader.read():
-            new = stats.add(event)
-            if new is not None:
-                progress.finding(new)
-        save_state(status)
-        log.close()
-        summary = _write_summary(run_dir, state, stats, skipped, status)
-        progress.finish(stats, elapsed())
-        write_html_if_available(run_dir)
-    cases, _ = stats.totals()
-    return CampaignResult(run_dir, summary, list(stats.findings.values()), cases, elapsed(), status)
+        reconcile_claims(self.run_dir)
+        self._fold()
+        self._recover_pending()
+        if self.stats.errors and self.status == "done":
+            self.status = "error"
+        self.save_state(self.status)
+        self.log.close()
+        from fuzzkit.known import parse
+
+        known = parse({"format": "fuzzkit-known/1", "known": self.plan.known}, "run plan")
+        self.summary, self.rows = _write_summary(self.run_dir, self.state, self.stats, known)
+        self.progress.finish(self.stats, self.elapsed(), self.rows, self.plan.skipped)
+        write_html_if_available(self.run_dir)
+
+    def _recover_pending(self) -> None:
+        """A failure stored as ``found`` whose worker died before finishing it (a kill while
+        shrinking, a hang, the hard stop) becomes a finding as it was first seen."""
+        from fuzzkit import corpus
+        from fuzzkit.case import atomic_write_text
+
+        for key, event in list(self.stats.pending.items()):
+            pending = Path(event["case"])
+            if key in self.stats.findings:  # another worker finished the same bug
+                if pending.parent == self.run_dir / "pending":
+                    pending.unlink(missing_ok=True)
+                continue
+            try:
+                text = pending.read_text()
+            except OSError:  # finished, or discarded: the engine decided it was no finding
+                continue
+            directory = corpus.directory(Path(self.plan.corpus), event["target"], "findings")
+            kept = directory / pending.name
+            try:
+                atomic_write_text(kept, text)
+            except OSError:  # the corpus is what failed: the pending file is the finding
+                kept = pending
+            finding: Event = {
+                **event,
+                "type": "finding",
+                "case": str(kept.resolve()),
+                "unshrunk": True,
+                "recovered": True,
+            }
+            if claim_finding(self.run_dir, finding):
+                self.log.write(finding)
+                self.stats.add(finding)
+                self.progress.finding(finding)
+            if kept != pending:
+                pending.unlink(missing_ok=True)
+
+    def save_state(self, status: str) -> None:
+        self.state.elapsed = self.elapsed()
+        self.state.status = status
+        write_state(self.run_dir, self.state.to_json())
+
+    def _result(self) -> CampaignResult:
+        cases, _ = self.stats.totals()
+        return CampaignResult(
+            self.run_dir,
+            self.summary,
+            list(self.stats.findings.values()),
+            cases,
+            self.elapsed(),
+            self.status,
+            rows=self.rows,
+            errors=list(self.stats.errors),
+        )
 
 
-def threading_main() -> bool:
+def _write_summary(run_dir: Path, state: RunState, stats: Stats, known: Any) -> Any:
+    from fuzzkit.campaign.summary import write_summary
+
+    return write_summary(run_dir, state, stats, known)
+
+
+def _in_main_thread() -> bool:
     import threading
 
     return threading.current_thread() is threading.main_thread()
@@ -351,186 +528,6 @@ def threading_main() -> bool:
 
 def _raise_interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
-
-
-def _backend(name: str, state: dict[str, Any], opts: CampaignOptions) -> Any:
-    if name == "ray":
-        from fuzzkit.campaign.ray_backend import RayBackend
-
-        return RayBackend(
-            address=opts.address or state.get("address"),
-            num_gpus=opts.num_gpus or state.get("num_gpus") or 0,
-            num_cpus=opts.num_cpus,
-        )
-    from fuzzkit.campaign.local import LocalBackend
-
-    return LocalBackend()
-
-
-def _write_summary(
-    run_dir: Path,
-    state: dict[str, Any],
-    stats: Stats,
-    skipped: list[dict[str, str]],
-    status: str = "done",
-) -> Path:
-    from fuzzkit.report import write_report
-
-    rows, findings = [], []
-    by_item: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for event in stats.findings.values():
-        by_item.setdefault((event["target"], event["impl"]), []).append(event)
-    items = list(dict.fromkeys([tuple(p) for p in state["plan"]] + stats.items()))
-    impl_names = {(t, i) for t, i in stats.items()}
-    for t, spec in items:
-        if (t, spec) not in impl_names and any(x == t for x, _ in impl_names) and ":" in spec:
-            continue  # the resolved name of a module:attr implementation is listed instead
-        row = stats.row(t, spec)
-        found = by_item.get((t, spec), [])
-        first = found[0] if found else None
-        for event in found:
-            try:
-                findings.append(
-                    (
-                        event.get("case_id") or Path(event["case"]).stem,
-                        Path(event["case"]).read_text(),
-                    )
-                )
-            except OSError:
-                pass
-        rows.append(
-            {
-                "target": t,
-                "implementation": spec,
-                "seed": int(state["seed"]),
-                "cases": row["cases"],
-                "seconds": round(row["seconds"], 3),
-                "cases_per_second": round(row["cases"] / row["seconds"], 2)
-                if row["seconds"]
-                else 0.0,
-                "finding": None
-                if first is None
-                else {
-                    "kind": first["kind"],
-                    "signature": first["signature"],
-                    "message": first["message"],
-                    "case": first["case"],
-                    "seconds_to_first_failure": first.get("seconds_to_first_failure"),
-                },
-                "findings": [
-                    {"signature": e["signature"], "kind": e["kind"], "case": e["case"]}
-                    for e in found
-                ],
-                "other_signatures": stats.other.get((t, spec), {}),
-                "operations": stats.reach_of(t, spec).get("operations", {}),
-                "reach": stats.reach_of(t, spec).get("thresholds", []),
-            }
-        )
-    reach = {
-        f"{r['target']}/{r['implementation']}": {
-            "operations": r["operations"],
-            "thresholds": r["reach"],
-        }
-        for r in rows
-        if r["operations"] or r["reach"]
-    }
-    if reach:
-        from fuzzkit.case import atomic_write_text
-
-        atomic_write_text(
-            run_dir / "reach.json", json.dumps(reach, indent=1, sort_keys=True) + "\n"
-        )
-    return write_report(
-        run_dir.parent,
-        run_dir.name,
-        int(state["seed"]),
-        float(state["budget"]),
-        rows,
-        skipped,
-        findings,
-        status=status,
-    )
-
-
-class RunRecorder:
-    """``state.json`` + ``events.jsonl`` for the in-process run (``--workers 1``): the same run
-    directory a campaign writes, so reports read both alike."""
-
-    def __init__(
-        self,
-        run_dir: Path,
-        *,
-        seed: int,
-        budget: float,
-        plan: list[list[str]],
-        corpus: Path,
-        profile: str,
-        case_timeout: float,
-    ) -> None:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        self.run_dir = run_dir
-        self.start = time.monotonic()
-        self.state = {
-            "run_id": run_dir.name,
-            "seed": seed,
-            "budget": budget,
-            "plan": plan,
-            "workers": 1,
-            "backend": "local",
-            "engine": "hypothesis",
-            "isolate": False,
-            "memory_mb": None,
-            "corpus": str(Path(corpus).resolve()),
-            "started": time.time(),
-            "elapsed": 0.0,
-            "status": "running",
-            "resumes": 0,
-            "profile": profile,
-            "case_timeout": case_timeout,
-            "in_process": True,
-        }
-        write_state(run_dir, self.state)
-        self.log = EventLog(run_dir, worker=0)
-        self.log.emit("worker_start", pid=os.getpid(), seed=seed, items=plan, budget=budget)
-
-    def progress_callback(self, target: str, impl: str) -> Any:
-        item_start, last = time.monotonic(), [0.0]
-
-        def on_case(n: int, final: bool = False) -> None:
-            now = time.monotonic()
-            if final or now - last[0] >= 1.0:
-                last[0] = now
-                self.log.emit(
-                    "progress",
-                    target=target,
-                    impl=impl,
-                    cases=n,
-                    elapsed=round(now - item_start, 3),
-                )
-
-        on_case(0, final=True)
-        return on_case
-
-    def found(self, case: Any, path: Path, sequence: Any = None) -> None:
-        """Log one finding (its case file is on disk already)."""
-        f = case.failure
-        self.log.emit(
-            "finding",
-            target=case.target,
-            impl=case.implementation,
-            signature=f.signature,
-            kind=f.kind,
-            message=f.message,
-            case=str(Path(path).resolve()),
-            case_id=case.case_id,
-            sequence=sequence.case_id if sequence is not None else None,
-        )
-
-    def finish(self, status: str = "done") -> None:
-        self.log.emit("worker_exit", status="ok", elapsed=round(time.monotonic() - self.start, 3))
-        self.log.close()
-        self.state.update(status=status, elapsed=round(time.monotonic() - self.start, 3))
-        write_state(self.run_dir, self.state)
 
 
 def write_html_if_available(run_dir: Path) -> None:

@@ -7,6 +7,8 @@ import sys
 import time
 from typing import Any, Sequence
 
+from fuzzkit.campaign.model import Event
+
 
 class Stats:
     """Everything the coordinator knows, folded from events."""
@@ -14,24 +16,44 @@ class Stats:
     def __init__(self, plan: Sequence[tuple[str, str]]) -> None:
         self.plan = [tuple(p) for p in plan]
         self.progress: dict[tuple[int, str, str], tuple[int, float]] = {}
-        self.findings: dict[tuple[str, str, str], dict[str, Any]] = {}
+        self.findings: dict[tuple[str, str, str], Event] = {}
         self.other: dict[tuple[str, str], dict[str, int]] = {}
         self.exited: set[int] = set()
         self.workers: set[int] = set()
+        #: (target, impl, signature) -> ``found`` event of a failure not (yet) final
+        self.pending: dict[tuple[str, str, str], Event] = {}
+        #: (target, impl) -> the ``item_done`` events of its workers
+        self.done: dict[tuple[str, str], list[Event]] = {}
+        #: (worker, error) of workers that stopped on an internal error
+        self.errors: list[tuple[int, str]] = []
+        self.interrupted: set[int] = set()
+        #: (target, impl) -> (share, elapsed) of its latest progress event
+        self.shares: dict[tuple[str, str], tuple[float, float]] = {}
         #: (target, impl) -> summed operation / pair counts and threshold boundary counts
         self.reach: dict[tuple[str, str], dict[str, Any]] = {}
 
-    def add(self, event: dict[str, Any]) -> dict[str, Any] | None:
+    def add(self, event: Event) -> Event | None:
         """Fold one event in; returns it when it is a new (deduplicated) finding."""
         kind, wid = event.get("type"), event.get("worker", -1)
         if kind == "progress":
             key = (wid, event["target"], event["impl"])
             self.progress[key] = (int(event.get("cases", 0)), float(event.get("elapsed", 0.0)))
+            self.shares[(event["target"], event["impl"])] = (
+                float(event.get("share") or 0.0),
+                float(event.get("elapsed", 0.0)),
+            )
         elif kind == "finding":
             key3 = (event["target"], event["impl"], event["signature"])
+            self.pending.pop(key3, None)
             if key3 not in self.findings:
                 self.findings[key3] = event
                 return event
+        elif kind == "found":
+            key3 = (event["target"], event["impl"], event["signature"])
+            if key3 not in self.findings:
+                self.pending[key3] = event
+        elif kind == "item_done":
+            self.done.setdefault((event["target"], event["impl"]), []).append(event)
         elif kind == "other_signature":
             slot = self.other.setdefault((event["target"], event["impl"]), {})
             slot[event["signature"]] = slot.get(event["signature"], 0) + int(event["count"])
@@ -41,9 +63,13 @@ class Stats:
             self.workers.add(wid)
         elif kind in ("worker_exit", "worker_hung"):
             self.exited.add(wid)
+            if event.get("status") == "error":
+                self.errors.append((wid, str(event.get("error", "unknown error"))))
+            elif event.get("status") == "interrupted":
+                self.interrupted.add(wid)
         return None
 
-    def _add_reach(self, key: tuple[str, str], event: dict[str, Any]) -> None:
+    def _add_reach(self, key: tuple[str, str], event: Event) -> None:
         """Sum one worker's operation and threshold counts into the pair's."""
         slot = self.reach.setdefault(
             key, {"operations": {"cases": 0, "operations": {}, "pairs": {}}, "thresholds": {}}
@@ -95,6 +121,8 @@ class Stats:
             "seconds": seconds,
             "cases_per_second": rate if rate else (cases / seconds if seconds else 0.0),
             "findings": findings,
+            "share": self.shares.get((target, impl), (0.0, 0.0))[0],
+            "item_elapsed": self.shares.get((target, impl), (0.0, 0.0))[1],
         }
 
     def totals(self) -> tuple[int, int]:
@@ -102,6 +130,11 @@ class Stats:
 
 
 class Progress:
+    """What a run shows while it runs, the same in every mode and backend: ``live`` (a rich
+    table with a bar per item, redrawn four times a second), ``quiet`` (findings as they come,
+    the summary table at the end) or ``jsonl`` (one JSON status line per second on stdout, for
+    CI)."""
+
     def __init__(self, mode: str, budget: float) -> None:
         self.mode = mode
         self.budget = budget
@@ -111,22 +144,32 @@ class Progress:
     def start(self, run_dir: str) -> None:
         print(f"run: {run_dir}", file=sys.stderr, flush=True)
         if self.mode == "live":
+            from rich.console import Console
             from rich.live import Live
 
-            self.live = Live(self._table(None, 0.0), refresh_per_second=4, transient=False)
+            self.live = Live(
+                self._table(None, 0.0),
+                refresh_per_second=4,
+                transient=False,
+                console=Console(emoji=False),  # signatures such as mismatch:clamp:... are data
+            )
             self.live.start()
 
-    def finding(self, event: dict[str, Any]) -> None:
+    def finding(self, event: Event) -> None:
         if self.mode == "jsonl":
             print(json.dumps(event, sort_keys=True), flush=True)
+            return
+        unshrunk = " (unshrunk)" if event.get("unshrunk") else ""
+        line = (
+            f"finding: {event['target']}/{event['impl']} {event['signature']}{unshrunk} "
+            f"{event['case']}"
+        )
+        if self.live is not None:
+            from rich.text import Text
+
+            self.live.console.print(Text(line))  # no markup: signatures are data
         else:
-            line = (
-                f"finding: {event['target']}/{event['impl']} {event['signature']} {event['case']}"
-            )
-            if self.live is not None:
-                self.live.console.print(line)
-            else:
-                print(line, file=sys.stderr, flush=True)
+            print(line, file=sys.stderr, flush=True)
 
     def update(self, stats: Stats, elapsed: float, workers: int) -> None:
         now = time.monotonic()
@@ -153,14 +196,17 @@ class Progress:
                 flush=True,
             )
 
-    def finish(self, stats: Stats, elapsed: float) -> None:
+    def finish(
+        self,
+        stats: Stats,
+        elapsed: float,
+        rows: list[dict[str, Any]] | None = None,
+        skipped: Sequence[dict[str, Any]] = (),
+    ) -> None:
         if self.live is not None:
             self.live.update(self._table(stats, elapsed))
             self.live.stop()
-            if not self.live.console.is_terminal:
-                print()
             self.live = None
-            return
         if self.mode == "jsonl":
             cases, found = stats.totals()
             print(
@@ -178,30 +224,103 @@ class Progress:
             return
         from rich.console import Console
 
-        Console(width=140).print(self._table(stats, elapsed))
+        console = Console(width=max(100, _terminal_width()), emoji=False)  # signatures are data
+        console.print(summary_table(rows or [], skipped))
+        coverage = {
+            f"{r['target']}/{r['implementation']}": r["coverage"]
+            for r in rows or []
+            if r.get("coverage")
+        }
+        if coverage:
+            console.print(coverage_table(coverage))
 
     def _table(self, stats: Stats | None, elapsed: float) -> Any:
+        from rich.markup import escape
+        from rich.progress_bar import ProgressBar
         from rich.table import Table
 
-        table = Table(
-            title=f"elapsed {elapsed:.0f} s, remaining {max(0.0, self.budget - elapsed):.0f} s"
-        )
-        for column in ("target", "impl", "cases", "cases/s", "findings", "elapsed", "remaining"):
+        remaining = max(0.0, self.budget - elapsed)
+        table = Table(title=f"elapsed {elapsed:.0f} s, {remaining:.0f} s left of {self.budget:.0f}")
+        for column in ("target", "impl", "", "cases", "cases/s", "findings", "left"):
             table.add_column(column)
-        remaining = f"{max(0.0, self.budget - elapsed):.0f}"
         for t, i in stats.items() if stats else []:
             row = stats.row(t, i)  # type: ignore[union-attr]
-            found = "\n".join(f"[red]{f['signature']}[/]" for f in row["findings"]) or "0"
+            found = "\n".join(f"[red]{escape(f['signature'])}[/]" for f in row["findings"])
+            share = row.get("share") or 0.0
+            done = min(row["item_elapsed"], share) if share else 0.0
             table.add_row(
-                t,
-                i,
+                escape(t),
+                escape(i),
+                ProgressBar(total=share or 1.0, completed=done if share else 0.0, width=20),
                 str(row["cases"]),
                 f"{row['cases_per_second']:.1f}",
-                found,
-                f"{row['seconds']:.1f}",
-                remaining,
+                found or "0",
+                f"{max(0.0, share - row['item_elapsed']):.0f} s" if share else "-",
             )
         return table
+
+
+def summary_table(rows: list[dict[str, Any]], skipped: Sequence[dict[str, Any]]) -> Any:
+    """The table printed when a run ends (rendered from the summary's rows)."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table()
+    for column in ("target", "impl", "cases", "cases/s", "verdict"):
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        found = row.get("findings") or []
+        if not found:
+            verdict = "[green]clean[/]"
+        else:
+            verdict = "\n".join(
+                f"[red]{escape(f['signature'])}[/]"
+                + (" [yellow](unshrunk)[/]" if f.get("unshrunk") else "")
+                + f"\n{escape(str(f['case']))}"
+                for f in found
+            )
+        if row.get("known_hits"):
+            verdict += f"\n[dim]known: {sum(row['known_hits'].values())} case(s) skipped[/]"
+        table.add_row(
+            escape(row["target"]),
+            escape(row["implementation"]),
+            str(row["cases"]),
+            f"{row['cases_per_second']:.1f}",
+            verdict,
+        )
+    for s in skipped:
+        table.add_row(
+            escape(s["target"]),
+            escape(s["implementation"]),
+            "-",
+            "-",
+            f"skipped: {escape(s['reason'])}",
+        )
+    return table
+
+
+def coverage_table(coverage: dict[str, Any]) -> Any:
+    from rich.table import Table
+
+    table = Table()
+    for column in ("target/impl", "branches", "branch %", "line %", "missed branches", "excluded"):
+        table.add_column(column)
+    for label, c in coverage.items():
+        table.add_row(
+            label,
+            f"{c['covered_branches']}/{c['branches']}",
+            f"{c['branch_percent']:.1f}",
+            f"{c['line_percent']:.1f}",
+            str(len(c["missing_branches"])),
+            str(len(c["excluded"])),
+        )
+    return table
+
+
+def _terminal_width() -> int:
+    import shutil
+
+    return shutil.get_terminal_size((140, 24)).columns
 
 
 def _plain(row: dict[str, Any]) -> dict[str, Any]:

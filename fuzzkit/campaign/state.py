@@ -13,8 +13,9 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, cast
 
+from fuzzkit.campaign.model import Event
 from fuzzkit.case import atomic_write_text
 
 STATE = "state.json"
@@ -57,14 +58,15 @@ class EventLog:
         self.write(event)
         return event
 
-    def write(self, event: dict[str, Any]) -> None:
+    def write(self, event: Event | dict[str, Any]) -> None:
         data = (json.dumps(event, sort_keys=True, default=str) + "\n").encode()
         os.write(self.fd, data)
         os.fsync(self.fd)
 
     def close(self) -> None:
+        fd, self.fd = self.fd, -1  # a late write fails (EBADF) instead of hitting a reused fd
         try:
-            os.close(self.fd)
+            os.close(fd)
         except OSError:
             pass
 
@@ -76,7 +78,7 @@ class EventReader:
         self.path = Path(run_dir) / EVENTS
         self.offset = 0
 
-    def read(self) -> list[dict[str, Any]]:
+    def read(self) -> list[Event]:
         try:
             with open(self.path, "rb") as fh:
                 fh.seek(self.offset)
@@ -90,11 +92,11 @@ class EventReader:
         return list(_parse(data[: end + 1]))
 
 
-def read_events(run_dir: Path) -> list[dict[str, Any]]:
+def read_events(run_dir: Path) -> list[Event]:
     return EventReader(run_dir).read()
 
 
-def _parse(data: bytes) -> Iterator[dict[str, Any]]:
+def _parse(data: bytes) -> Iterator[Event]:
     for line in data.splitlines():
         line = line.strip()
         if not line:
@@ -104,14 +106,14 @@ def _parse(data: bytes) -> Iterator[dict[str, Any]]:
         except ValueError:  # a torn line from a killed writer, followed by a newer one
             continue
         if isinstance(event, dict):
-            yield event
+            yield cast(Event, event)
 
 
 def finding_key(target: str, impl: str, signature: str) -> str:
     return hashlib.sha256(f"{target}\0{impl}\0{signature}".encode()).hexdigest()[:24]
 
 
-def claim_finding(run_dir: Path, event: dict[str, Any]) -> bool:
+def claim_finding(run_dir: Path, event: Event | dict[str, Any]) -> bool:
     """Atomically claim a (target, impl, signature): True for the first claimant in the run.
 
     The claim file holds the complete finding event (written to a temporary file, then
@@ -137,7 +139,7 @@ def claim_finding(run_dir: Path, event: dict[str, Any]) -> bool:
             pass
 
 
-def reconcile_claims(run_dir: Path, events: list[dict[str, Any]] | None = None) -> int:
+def reconcile_claims(run_dir: Path, events: list[Event] | None = None) -> int:
     """Append the finding events of claims that never reached events.jsonl; returns how many."""
     claims = Path(run_dir) / CLAIMS
     if not claims.is_dir():

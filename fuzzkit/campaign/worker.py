@@ -1,18 +1,23 @@
-"""One campaign worker: fuzzes its share of the plan, writing progress and findings as events.
+"""One worker: fuzzes its share of the plan item by item through :func:`run_item`.
 
-The same function runs in a spawned local process and as a Ray task.  It never raises for a
-fuzzing outcome; findings are saved as case files (atomically) *before* their event is written.
+The same function runs in the coordinator's own process (``--workers 1``), in a spawned local
+process and as a Ray task; only the channel its results go through differs.  A fuzzing outcome
+never raises; an error here (a finding that cannot be saved, a target that does not import) is
+logged as ``worker_exit`` with ``status: error`` and re-raised -- the coordinator turns it into
+exit 3, never into a clean run.
 """
 
 from __future__ import annotations
 
-import inspect
 import os
 import sys
 import threading
 import time
 from pathlib import Path
 from typing import Any
+
+from fuzzkit.campaign.channel import Channel, FileChannel
+from fuzzkit.campaign.model import WorkerSpec
 
 
 def _watch_parent(parent_pid: int) -> None:
@@ -38,285 +43,139 @@ def _watch_parent(parent_pid: int) -> None:
     threading.Thread(target=poll, daemon=True, name="fuzzkit-parent-watch").start()
 
 
-def worker_main(spec: dict[str, Any]) -> dict[str, Any]:
-    if spec.get("parent_pid"):
-        _watch_parent(spec["parent_pid"])
+def _enter_process(spec: WorkerSpec) -> None:
+    """A worker in a process of its own sees the coordinator's import path and directory."""
+    if spec.parent_pid:
+        _watch_parent(spec.parent_pid)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    for entry in reversed(spec.get("sys_path", [])):
+    for entry in reversed(spec.sys_path):
         if entry not in sys.path:
             sys.path.insert(0, entry)
-    if spec.get("cwd"):
+    if spec.cwd:
         try:
-            os.chdir(spec["cwd"])
-        except OSError:
+            os.chdir(spec.cwd)
+        except OSError:  # another node of a cluster: its own working directory
             pass
 
-    from fuzzkit.campaign.state import EventLog, claim_finding
 
-    run_dir = Path(spec["run_dir"])
-    wid = spec["worker"]
-    log = EventLog(run_dir, worker=wid)
-    log.emit(
+def worker_main(
+    spec: WorkerSpec, channel: Channel | None = None, meter: Any = None, own_process: bool = True
+) -> dict[str, Any]:
+    """Fuzz ``spec.items`` within ``spec.budget`` seconds; returns the worker's totals."""
+    if own_process:
+        _enter_process(spec)
+    if channel is None:
+        channel = FileChannel(Path(spec.run_dir), Path(spec.plan.corpus), worker=spec.worker)
+    channel.emit(
         "worker_start",
         pid=os.getpid(),
-        seed=spec["seed"],
-        items=spec["items"],
-        budget=spec["budget"],
+        seed=spec.seed,
+        items=[list(i) for i in spec.items],
+        budget=spec.budget,
     )
     start = time.monotonic()
-    deadline = start + spec["budget"]
+    budget = spec.budget
+    if spec.deadline is not None:
+        budget = min(budget, spec.deadline - time.time())
+    deadline = start + budget
     totals = {"cases": 0, "findings": 0}
-    _start_heartbeat(log, spec)
+    beat = _Heartbeat(channel, spec.heartbeat) if own_process else None
     try:
-        from fuzzkit import corpus
+        from fuzzkit.campaign.item import ItemJob, run_item
         from fuzzkit.campaign.plan import register_sources
         from fuzzkit.registry import get_target, resolve_implementation
 
-        register_sources(spec.get("sources", b"\x80\x04}\x94."))
-        items = [tuple(i) for i in spec["items"]]
-        for k, (tname, ispec) in enumerate(items):
-            share = (deadline - time.monotonic()) / (len(items) - k)
+        with _Phase(beat, "startup"):
+            register_sources(spec.sources)
+            resolved = []
+            for tname, ispec in spec.items:
+                target = get_target(tname)
+                resolved.append((target, resolve_implementation(target, ispec), ispec))
+        for k, (target, impl, ispec) in enumerate(resolved):
+            share = (deadline - time.monotonic()) / (len(resolved) - k)
             if share <= 0.05:
                 break
-            target = get_target(tname)
-            impl = resolve_implementation(target, ispec)
-            item_start = time.monotonic()
-            last = [0.0]
-            interval = spec.get("heartbeat", 1.0)
-
-            def progress(
-                n: int,
-                final: bool = False,
-                last: list[float] = last,
-                interval: float = interval,
-                tname: str = tname,
-                impl: Any = impl,
-                item_start: float = item_start,
-            ) -> None:
-                now = time.monotonic()
-                if final or now - last[0] >= interval:
-                    last[0] = now
-                    log.emit(
-                        "progress",
-                        target=tname,
-                        impl=impl.name,
-                        cases=n,
-                        elapsed=round(now - item_start, 3),
-                    )
-
-            progress(0, final=True)
-            reported: set[str] = set()
-            result_box: list[Any] = []
-
-            def report(
-                finding: Any,
-                sequence: Any = None,
-                tname: str = tname,
-                impl: Any = impl,
-                reported: set[str] = reported,
-                result_box: list[Any] = result_box,
-            ) -> None:
-                """Save one finding (and its sequence) and log it, as soon as it is final."""
-                if finding.failure is None or finding.case_id in reported:
-                    return
-                reported.add(finding.case_id)
-                root = Path(spec["corpus"])
-                path = corpus.save(finding, root)  # idempotent: content hash
-                if sequence is not None:
-                    sequence.save(corpus.directory(root, tname, "sequences"))
-                first = None
-                if result_box:
-                    first = result_box[0].found_at.get(finding.failure.signature, {}).get("seconds")
-                event = {
-                    "t": time.time(),
-                    "worker": wid,
-                    "type": "finding",
-                    "target": tname,
-                    "impl": impl.name,
-                    "signature": finding.failure.signature,
-                    "kind": finding.failure.kind,
-                    "message": finding.failure.message,
-                    "case": str(path.resolve()),
-                    "case_id": finding.case_id,
-                    "sequence": sequence.case_id if sequence is not None else None,
-                    "seconds_to_first_failure": first,
-                }
-                if claim_finding(run_dir, event):
-                    log.write(event)
-                    totals["findings"] += 1
-                else:
-                    log.emit(
-                        "duplicate",
-                        target=tname,
-                        impl=impl.name,
-                        signature=finding.failure.signature,
-                        case=str(path.resolve()),
-                    )
-
-            result = _fuzz_item(spec, target, impl, share, progress, report, ispec)
-            result_box.append(result)
-            progress(result.cases, final=True)
+            job = ItemJob(spec, target, impl, ispec, share, channel, meter)
+            result = run_item(job)
             totals["cases"] += result.cases
-            found = list(getattr(result, "findings", None) or [])  # atheris: several
-            if not found and getattr(result, "finding", None) is not None:
-                found = [result.finding]
-            for finding in found:  # the ones not reported as they were found (atheris)
-                report(finding, (getattr(result, "sequences", None) or {}).get(finding.case_id))
-            if getattr(result, "operations", None) or getattr(result, "reach", None):
-                log.emit(
-                    "reach",
-                    target=tname,
-                    impl=impl.name,
-                    operations=getattr(result, "operations", {}),
-                    reach=getattr(result, "reach", []),
-                )
-            for sig, count in (getattr(result, "other_signatures", None) or {}).items():
-                log.emit(
-                    "other_signature", target=tname, impl=impl.name, signature=sig, count=count
-                )
+            totals["findings"] += job.findings
     except BaseException as exc:
-        log.emit(
-            "worker_exit", status="error", error=f"{type(exc).__name__}: {exc}"[:500], **totals
-        )
-        log.close()
+        status = "interrupted" if isinstance(exc, KeyboardInterrupt) else "error"
+        _exit_event(channel, status, f"{type(exc).__name__}: {exc}"[:500], totals, start)
         raise
-    log.emit("worker_exit", status="ok", elapsed=round(time.monotonic() - start, 3), **totals)
-    log.close()
-    return {"worker": wid, **totals}
+    _exit_event(channel, "ok", None, totals, start)
+    return {"worker": spec.worker, **totals}
 
 
-class _SkipFound:
-    """The signatures a worker does not chase: the user's accepted ones (``--known``) and those
-    another worker of this campaign (or an earlier session of it) has claimed already -- shrinking
-    a bug twice would cost the second worker its share of the budget."""
+def process_main(spec: WorkerSpec) -> None:
+    """The entry point of a worker process: its outcome is in its events, so an interrupt exits
+    130 quietly and an error exits 3 with one line (the coordinator reports it)."""
+    try:
+        worker_main(spec)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except Exception as exc:  # noqa: BLE001 - logged as worker_exit; the coordinator says it
+        print(f"fuzzkit: worker {spec.worker}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        sys.exit(3)
 
-    def __init__(self, user_known: Any, run_dir: Path) -> None:
-        self.user_known = user_known
-        self.run_dir = run_dir
 
-    def match(self, target: str, impl: str, signature: str) -> Any:
-        from fuzzkit.campaign.state import CLAIMS, finding_key
-        from fuzzkit.known import KnownSignature
+def _exit_event(
+    channel: Channel, status: str, error: str | None, totals: dict[str, int], start: float
+) -> None:
+    fields: dict[str, Any] = {"status": status, "elapsed": round(time.monotonic() - start, 3)}
+    if error is not None:
+        fields["error"] = error
+    try:
+        channel.emit("worker_exit", **fields, **totals)
+    finally:
+        channel.close()
 
-        if self.user_known is not None:
-            hit = self.user_known.match(target, impl, signature)
-            if hit is not None:
-                return hit
-        inner = signature.removeprefix("nondeterministic:")
-        for claimed in (signature, inner, f"state-dependent:{inner}", f"nondeterministic:{inner}"):
-            if (self.run_dir / CLAIMS / (finding_key(target, impl, claimed) + ".json")).exists():
-                return KnownSignature(signature, "found by another worker of this campaign")
+
+class _Heartbeat:
+    """While the worker is in a phase that runs no cases (startup imports, shrinking,
+    confirming, a whole atheris run), a side thread writes ``heartbeat`` events so the
+    coordinator does not take it for hung.  A phase is either entered explicitly
+    (:func:`_phase`) or recognised from the main thread's stack."""
+
+    #: functions inside which the fuzzing thread legitimately reports no cases for a long time
+    QUIET = frozenset({"_polish", "fuzz_atheris", "shrink_case", "confirm"})
+
+    def __init__(self, channel: Channel, interval: float) -> None:
+        self.channel = channel
+        self.interval = interval
+        self.phase: str | None = None
+        self.main_id = threading.main_thread().ident
+        threading.Thread(target=self._run, daemon=True, name="fuzzkit-heartbeat").start()
+
+    def _current(self) -> str | None:
+        if self.phase is not None:
+            return self.phase
+        frame = sys._current_frames().get(self.main_id) if self.main_id is not None else None
+        while frame is not None:
+            if frame.f_code.co_name in self.QUIET:
+                return frame.f_code.co_name
+            frame = frame.f_back
         return None
 
-
-#: Phases in which the fuzzing thread legitimately reports no cases for a long time: ddmin
-#: after a finding (``_polish``) and a whole atheris run (it fuzzes in a child process that
-#: keeps its own per-case timeouts).  While the main thread is inside one of these, a side
-#: thread writes ``heartbeat`` events so the coordinator does not take the worker for hung.
-_QUIET_PHASES = {"_polish", "fuzz_atheris", "shrink_case", "confirm"}
-
-
-def _start_heartbeat(log: Any, spec: dict[str, Any]) -> None:
-    main_id = threading.main_thread().ident
-    interval = spec.get("heartbeat", 1.0)
-
-    def beat() -> None:
+    def _run(self) -> None:
         while True:
-            time.sleep(interval)
-            frame = sys._current_frames().get(main_id) if main_id is not None else None
-            phase = None
-            while frame is not None:
-                if frame.f_code.co_name in _QUIET_PHASES:
-                    phase = frame.f_code.co_name
-                frame = frame.f_back
+            time.sleep(self.interval)
+            phase = self._current()
             if phase is not None:
                 try:
-                    log.emit("heartbeat", phase=phase)
-                except OSError:
+                    self.channel.emit("heartbeat", phase=phase)
+                except (OSError, ValueError):  # the channel was closed: the worker is done
                     return
 
-    threading.Thread(target=beat, daemon=True, name="fuzzkit-heartbeat").start()
 
+class _Phase:
+    def __init__(self, beat: _Heartbeat | None, name: str) -> None:
+        self.beat, self.name = beat, name
 
-def _fuzz_item(
-    spec: dict[str, Any],
-    target: Any,
-    impl: Any,
-    share: float,
-    progress: Any,
-    report: Any = None,
-    impl_spec: str = "",
-) -> Any:
-    run_dir = Path(spec["run_dir"])
-    checker = None
-    if spec.get("isolate"):
-        from fuzzkit.isolation import IsolatedChecker  # H-A; ImportError surfaces as an error
+    def __enter__(self) -> None:
+        if self.beat is not None:
+            self.beat.phase = self.name
 
-        checker = IsolatedChecker(
-            target.name,
-            impl.name,
-            case_timeout=spec["case_timeout"],
-            memory_mb=spec.get("memory_mb"),
-            inflight_dir=run_dir / "inflight",
-            preload=spec.get("preload", ()),
-        )
-    try:
-        if spec.get("engine") == "atheris":
-            from fuzzkit.engines.atheris import fuzz_atheris
-
-            return fuzz_atheris(
-                target,
-                impl,
-                budget=share,
-                seed=spec["seed"],
-                corpus_root=Path(spec["corpus"]),
-                checker=checker,
-                case_timeout=spec["case_timeout"],
-                preload=spec.get("preload", ()),
-            )
-        from fuzzkit.engines.hypothesis import fuzz
-
-        kwargs: dict[str, Any] = {}
-        if spec.get("max_cases") is not None:
-            kwargs["max_cases"] = int(spec["max_cases"])
-        if checker is not None:
-            if "checker" not in inspect.signature(fuzz).parameters:
-                raise RuntimeError("this fuzzkit's engine does not take a checker (--isolate)")
-            kwargs["checker"] = checker
-        user_known = None
-        if spec.get("known"):
-            from fuzzkit.known import parse
-
-            user_known = parse({"format": "fuzzkit-known/1", "known": spec["known"]}, "campaign")
-        known = _SkipFound(user_known, run_dir)
-        confirm = None
-        if spec.get("confirm", True) and not spec.get("isolate"):
-            from fuzzkit.fresh import FreshConfirmer, FreshContext
-            from fuzzkit.isolation import target_source_spec
-
-            confirm = FreshConfirmer(
-                FreshContext(
-                    target.name,
-                    impl_spec or impl.name,
-                    preload=tuple(spec.get("preload", ())),
-                    target_spec=target_source_spec(target.name),
-                    case_timeout=spec["case_timeout"],
-                )
-            )
-        return fuzz(
-            target,
-            impl,
-            budget=share,
-            seed=spec["seed"],
-            profile=spec["profile"],
-            database_dir=run_dir / "db",
-            case_timeout=spec["case_timeout"],
-            on_case=progress,
-            known=known,
-            confirm=confirm,
-            on_finding=report,
-            **kwargs,
-        )
-    finally:
-        if checker is not None and hasattr(checker, "close"):
-            checker.close()
+    def __exit__(self, *exc: object) -> None:
+        if self.beat is not None:
+            self.beat.phase = None

@@ -319,7 +319,7 @@ def _main(argv: list[str]) -> int:
 
     from fuzzkit import corpus
     from fuzzkit.runner import check_case
-    from fuzzkit.shrink.ddmin import shrink_case
+    from fuzzkit.shrink.hook import minimize
 
     target, impl = _load(config, instrument=config["isolation"] is None)
     mutant_cm: Any = contextlib.nullcontext()
@@ -367,10 +367,10 @@ def _main(argv: list[str]) -> int:
                     failure=failure,
                     origin="atheris",
                 )
-                if config["shrink"] and target.reducible:
+                if config["shrink"] and (target.reducible or target.minimize):
                     try:
                         found = dataclasses.replace(
-                            shrink_case(target, impl, found, timeout=timeout, checker=checker).case,
+                            minimize(target, impl, found, timeout=timeout, checker=checker).case,
                             seed=config["seed"],
                             origin="atheris+ddmin",
                         )

@@ -24,7 +24,7 @@ from hypothesis.errors import Flaky
 
 from fuzzkit.case import Case
 from fuzzkit.runner import Verdict, check_case
-from fuzzkit.shrink.ddmin import shrink_case
+from fuzzkit.shrink.hook import minimize
 from fuzzkit.target import Implementation, Inputs, Target
 
 DEFAULT_DATABASE = Path(".fuzzkit") / "hypothesis"
@@ -126,6 +126,7 @@ def fuzz(
     known: Any | None = None,
     confirm: Callable[..., tuple[Case, Any]] | None = None,
     on_finding: Callable[[Case, Any], None] | None = None,
+    on_found: Callable[[Case], None] | None = None,
     history: int = 64,
     steer: Callable[[], float] | None = None,
     max_cases: int | None = None,
@@ -141,6 +142,8 @@ def fuzz(
     signatures the user accepted: counted in ``known_hits``, never chased.  Signatures seen only
     while another was being shrunk become findings at the end, polished by ddmin.
 
+    ``on_found(case)`` sees each new signature's first failing case, before shrinking, so that
+    a caller can store it at once (a kill while shrinking then loses only the shrinking).
     ``confirm(case, history, first) -> (case, sequence)`` re-runs a finding in a fresh process
     (see :mod:`fuzzkit.fresh`); ``history`` is the inputs of the cases that ran before it in this
     run (at most ``history`` of them), ``first`` the ``(inputs, history)`` of the signature's
@@ -230,6 +233,8 @@ def fuzz(
                 "seconds": round(time.monotonic() - start, 3),
                 "cases": result.cases,
             }
+            if on_found is not None:  # stored as first seen, before any shrinking
+                on_found(as_case(inputs, failure, "unshrunk"))
         if not chase:
             # where the bug first showed, before shrinking: the generated cases before it are the
             # state a state-dependent bug needs (shrink attempts rarely recreate it)
@@ -260,7 +265,7 @@ def fuzz(
         first: tuple[Inputs, list[Inputs]] | None = None,
     ) -> None:
         case = as_case(inputs, failure, origin)
-        if shrink and target.reducible and failure.kind != "timeout":
+        if shrink and (target.reducible or target.minimize) and failure.kind != "timeout":
             case = _polish(target, impl, case, case_timeout, checker, until=shrink_until())
         sequence = None
         if confirm is not None:
@@ -296,10 +301,11 @@ def fuzz(
                     break
                 examples = min(examples, max_cases - result.cases)
             before_cases, before_time = result.cases, time.monotonic()
-            test = given(strategy)(run_one)
-            test = settings(max_examples=examples, phases=phases, **options)(test)
             chunk_seed = seed * 1_000_003 + chunk
-            test = hypothesis.seed(chunk_seed)(test)
+            # seed first, settings last: ``hypothesis.seed`` switches the example database off
+            # for the settings it finds, so ``--profile campaign`` would never keep an example
+            test = hypothesis.seed(chunk_seed)(given(strategy)(run_one))
+            test = settings(max_examples=examples, phases=phases, **options)(test)
             result.chunks.append((chunk_seed, examples))
             chase.clear()
             try:
@@ -357,7 +363,6 @@ def fuzz(
         result.interrupted = True
         _keep_unfinished()
     result.seconds = time.monotonic() - start
-    result.seconds = time.monotonic() - start
     result.other_signatures = {s: n for s, n in others.items()}
     result.known_hits = dict(known_hits)
     result.operations = operations.to_json() if operations.cases else {}
@@ -373,11 +378,12 @@ def _polish(
     checker: Callable[..., Verdict] | None = None,
     until: float | None = None,
 ) -> Case:
-    """ddmin after Hypothesis: Hypothesis shrinks the *choices* behind a case, so structure its
-    strategy imposes (a prefill drawn as add+allocate+write+publish) survives; deleting single
-    program steps or array rows directly removes what the failure does not need."""
+    """The target's minimize hook (ddmin by default) after Hypothesis: Hypothesis shrinks the
+    *choices* behind a case, so structure its strategy imposes (a prefill drawn as
+    add+allocate+write+publish) survives; deleting single program steps or array rows directly
+    removes what the failure does not need."""
     try:
-        shrunk = shrink_case(
+        shrunk = minimize(
             target, impl, finding, timeout=case_timeout, checker=checker, until=until
         ).case
     except ValueError:  # did not reproduce outside Hypothesis: keep what Hypothesis reported
