@@ -12,7 +12,7 @@ every free, so a table entry taken in an earlier epoch is recognisably stale), a
 *written* bitmap and the token position written in each slot (these two live as device tensors,
 because the guarded kernels read and update them; see :mod:`targets.paged_kv.kernels`).
 
-Five check classes (COMPONENTS.md §1), each a :class:`GuardViolation` naming the class, block,
+Five check classes (docs/COMPONENTS.md §1), each a :class:`GuardViolation` naming the class, block,
 slot, request and step:
 
 1. ``allocation`` — no double allocation, no free of a block the request does not hold, the null

@@ -51,7 +51,7 @@ def test_chunks_add_up_to_the_prefill_cost() -> None:
         total += model.chunk(c, done)
         done += c
     assert done == h + u and total + model.k0 == model.prefill(u, h)
-    # the formula of COMPONENTS.md: k0 + k1 u + k2' u (h + u/2) with k2' = 2 k2
+    # the formula of docs/COMPONENTS.md: k0 + k1 u + k2' u (h + u/2) with k2' = 2 k2
     assert model.prefill(u, h) == 7 + 3 * u + 2 * 2 * u * (h + u / 2)
 
 

@@ -1,6 +1,6 @@
 """The arithmetic the OctEx model is defined by, shared by the reference and every implementation.
 
-The model (``/tmp/ann_spec.md``, restated in :mod:`targets.ann`) makes discrete decisions from
+The model (``docs/COMPONENTS.md``, restated in :mod:`targets.ann`) makes discrete decisions from
 floating-point values: which cell a vector falls in (a ``floor``), which ``C`` members a cell keeps
 and which ``R`` ids a graph row holds (orderings of float64 distances).  If the reference and the
 optimized build computed those values with different summation orders, a value within one ulp of a

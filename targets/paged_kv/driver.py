@@ -256,7 +256,7 @@ class Driver:
 
 
 def check_structure(state: dict[str, Any], config: Config) -> None:
-    """The structural invariants of COMPONENTS.md §1 on an inspected manager state."""
+    """The structural invariants of docs/COMPONENTS.md §1 on an inspected manager state."""
     ref_cnt: dict[int, int] = state["ref_cnt"]
     queue: list[int] = state["free_queue"]
     tables: dict[int, list[int]] = state["tables"]

@@ -70,7 +70,7 @@ to the storage dtype once, at the end (a no-op in float32 / float64).
   section).  Verified under the interpreter; the native float64 path has not yet run on a GPU
   (``scripts/gpu_check.sh`` covers it).
 
-KVGuard device interface (checks 4 and 5 of COMPONENTS.md §1)
+KVGuard device interface (checks 4 and 5 of docs/COMPONENTS.md §1)
 ------------------------------------------------------------
 
 The guarded launchers run *the same kernels* compiled with ``GUARD=True``; the plain launchers

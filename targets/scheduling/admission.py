@@ -26,7 +26,7 @@ with ``op`` one of ``hold`` (a session arrived and joined the hold queue -- ever
 possibly for zero time -- ``amount`` is its reservation), ``admit`` (``amount`` = reservation,
 ``reserved`` already includes it), ``release`` (``amount`` = reservation given back) and
 ``budget`` (``B(t)`` changed; ``amount`` = the signed change, ``sid`` None, plus ``cause``).
-:func:`.admission_checks.check_log` re-derives the invariants of COMPONENTS.md §2 from that log
+:func:`.admission_checks.check_log` re-derives the invariants of docs/COMPONENTS.md §2 from that log
 alone, so a simulator run (or a fuzzed program) can be judged without trusting the controller's
 own state.  Peak predictors live in :mod:`.admission_predictors`.
 

@@ -1,7 +1,7 @@
 """The prefill/decode cost model of the simulator, in integer nanosecond ticks.
 
 Prefill of ``u`` uncached tokens after ``h`` cached ones costs ``k0 + k1·u + k2·u·(h + u/2)``
-(COMPONENTS.md §2): a fixed launch overhead, linear work (MLPs, projections) and attention work
+(docs/COMPONENTS.md §2): a fixed launch overhead, linear work (MLPs, projections) and attention work
 over the context.  We store ``k2`` as the coefficient of ``u·(2h + u)`` (that is, half the
 textbook one) so that every cost is an exact integer: the reference and optimized policies can
 then be required to agree bit for bit, and scaling every constant by ``c`` scales every time by

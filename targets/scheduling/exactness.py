@@ -1,6 +1,6 @@
 """Exactness oracle for Penelope's front-of-history eviction, on the real paged-KV kernels.
 
-Penelope (COMPONENTS.md §2) keeps a session's shared prefix, frees the blocks right after it
+Penelope (docs/COMPONENTS.md §2) keeps a session's shared prefix, frees the blocks right after it
 (the *front* of the remaining history), keeps the later suffix, and when the session returns
 recomputes only the hole, at the hole's original positions.  Under causal attention the K/V
 of a position depend only on the tokens and positions at or before it, so the recomputed hole
