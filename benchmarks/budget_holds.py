@@ -17,12 +17,24 @@ recorded over both sessions.
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+FUZZKIT = str(Path(sys.executable).with_name("fuzzkit"))
+ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
+
+
+def _run_command(args: argparse.Namespace, seed: int, workers: int, work: str) -> list[str]:
+    """The main job in a fresh corpus and report directory under ``work``."""
+    return [FUZZKIT, "run", *(args.targets or ["--all"]), "--budget", str(args.budget),
+            "--seed", str(seed), "--progress", "quiet", "--corpus", f"{work}/corpus",
+            "--report-dir", f"{work}/reports", "--workers", str(workers)]
 
 
 def main() -> int:
@@ -35,20 +47,14 @@ def main() -> int:
     args = parser.parse_args()
     if args.resume:
         return _resumed(args)
-    fuzzkit = str(Path(sys.executable).with_name("fuzzkit"))
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
     print(f"{'workers':>7} {'seed':>4} {'budget s':>8} {'elapsed s':>9} {'ratio':>6} {'exit':>4}")
     worst = 0.0
     for workers in args.workers:
         for seed in range(1, args.runs + 1):
             with tempfile.TemporaryDirectory(prefix="fuzzkit-budget-") as work:
-                command = [fuzzkit, "run", *(args.targets or ["--all"]), "--budget",
-                           str(args.budget), "--seed", str(seed), "--progress", "quiet",
-                           "--corpus", f"{work}/corpus", "--report-dir", f"{work}/reports"]
-                if workers > 1:
-                    command += ["--workers", str(workers)]
                 start = time.monotonic()
-                done = subprocess.run(command, env=env, capture_output=True, text=True)
+                done = subprocess.run(_run_command(args, seed, workers, work), env=ENV,
+                                      capture_output=True, text=True)
                 elapsed = time.monotonic() - start
             ratio = elapsed / args.budget
             worst = max(worst, ratio)
@@ -59,23 +65,15 @@ def main() -> int:
 
 
 def _resumed(args: argparse.Namespace) -> int:
-    import json
-    import signal
-
-    fuzzkit = str(Path(sys.executable).with_name("fuzzkit"))
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
     print(f"{'workers':>7} {'seed':>4} {'left s':>7} {'resumed s':>9} {'ratio':>6} "
           f"{'state elapsed':>13} {'exit':>4}")
     worst = 0.0
     for workers in args.workers:
         for seed in range(1, args.runs + 1):
             with tempfile.TemporaryDirectory(prefix="fuzzkit-budget-") as work:
-                command = [fuzzkit, "run", *(args.targets or ["--all"]), "--budget",
-                           str(args.budget), "--seed", str(seed), "--progress", "quiet",
-                           "--corpus", f"{work}/corpus", "--report-dir", f"{work}/reports",
-                           "--workers", str(workers)]
-                first = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL,
-                                         stderr=subprocess.DEVNULL, start_new_session=True)
+                first = subprocess.Popen(_run_command(args, seed, workers, work), env=ENV,
+                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                         start_new_session=True)
                 time.sleep(args.budget / 3)
                 os.killpg(first.pid, signal.SIGKILL)
                 first.wait()
@@ -83,8 +81,8 @@ def _resumed(args: argparse.Namespace) -> int:
                 before = json.loads((run_dir / "state.json").read_text())
                 left = args.budget - before["elapsed"]
                 start = time.monotonic()
-                done = subprocess.run([fuzzkit, "run", "--resume", str(run_dir), "--progress",
-                                       "quiet"], env=env, capture_output=True, text=True)
+                done = subprocess.run([FUZZKIT, "run", "--resume", str(run_dir), "--progress",
+                                       "quiet"], env=ENV, capture_output=True, text=True)
                 took = time.monotonic() - start
                 after = json.loads((run_dir / "state.json").read_text())
             ratio = took / left

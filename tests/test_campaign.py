@@ -20,32 +20,12 @@ from fuzzkit.campaign import CampaignOptions, run_campaign
 from fuzzkit.campaign.state import read_events, read_state
 from fuzzkit.case import load
 from fuzzkit.cli import main
-from fuzzkit.program import program_runner
 from fuzzkit.target import Implementation
 
 TESTS = Path(__file__).resolve().parent
 
 
 # ------------------------------------------------------------ targets (module level: picklable)
-
-
-def buggy_dot_target():
-    target = toy_targets.dot_target()
-    target.name = "toy-dot-buggy"
-    target.implementations = {"numpy": Implementation("numpy", toy_targets._outside_buggy,
-                                                      backend="numpy")}
-    return target
-
-
-class _DoubleFreeHeap(toy_targets.HeapAllocator):
-    release = toy_targets._release_without_owner_check
-
-
-def buggy_alloc_target():
-    target = toy_targets.alloc_target()
-    target.name = "toy-alloc-buggy"
-    target.implementations = {"heap": Implementation("heap", program_runner(_DoubleFreeHeap))}
-    return target
 
 
 def _sleep_forever(inputs):
@@ -60,7 +40,7 @@ def hang_target():
     return target
 
 
-for _factory in (buggy_dot_target, buggy_alloc_target, hang_target):
+for _factory in (toy_targets.buggy_dot_target, toy_targets.buggy_alloc_target, hang_target):
     registry.register_target(_factory().name, replace=True)(_factory)
 
 LAUNCHER = f"""

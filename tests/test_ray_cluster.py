@@ -30,8 +30,6 @@ from fuzzkit import registry
 from fuzzkit.campaign import CampaignOptions, run_campaign
 from fuzzkit.campaign.state import CLAIMS, read_events, read_state
 from fuzzkit.case import load
-from fuzzkit.program import program_runner
-from fuzzkit.target import Implementation
 
 TESTS = Path(__file__).resolve().parent
 FORBIDDEN_ENV = "FUZZKIT_TEST_FORBIDDEN"
@@ -43,26 +41,7 @@ CASE_TIMEOUT = 5.0
 # ------------------------------------------------ targets (module level: workers import them)
 
 
-def ray_dot_target():
-    target = toy_targets.dot_target()
-    target.name = "ray-dot-buggy"
-    target.implementations = {"numpy": Implementation("numpy", toy_targets._outside_buggy,
-                                                      backend="numpy")}
-    return target
-
-
-class _DoubleFreeHeap(toy_targets.HeapAllocator):
-    release = toy_targets._release_without_owner_check
-
-
-def ray_alloc_target():
-    target = toy_targets.alloc_target()
-    target.name = "ray-alloc-buggy"
-    target.implementations = {"heap": Implementation("heap", program_runner(_DoubleFreeHeap))}
-    return target
-
-
-for _factory in (ray_dot_target, ray_alloc_target):
+for _factory in (toy_targets.buggy_dot_target, toy_targets.buggy_alloc_target):
     registry.register_target(_factory().name, replace=True)(_factory)
 
 
@@ -308,7 +287,7 @@ def test_three_node_cluster_without_shared_files_survives_a_dead_node(tmp_path, 
         killer.start()
         start = time.monotonic()
         result = run_campaign(CampaignOptions(
-            targets=["ray-dot-buggy", "ray-alloc-buggy"], budget=BUDGET, workers=2,
+            targets=["toy-dot-buggy", "toy-alloc-buggy"], budget=BUDGET, workers=2,
             backend="ray", address=cluster.address, report_dir=reports, corpus=corpus,
             case_timeout=CASE_TIMEOUT, hang_timeout=60.0, progress="quiet", seed=5))
         took = time.monotonic() - start

@@ -181,3 +181,26 @@ def plugged_dot_target() -> Target:
     target = dot_target()
     target.name = "plugged-dot"
     return target
+
+
+# ---- toy targets with a bug, shared by the campaign tests (module level: workers import them)
+
+
+def buggy_dot_target() -> Target:
+    """``toy-dot`` whose implementation drops the last term: found in a few cases."""
+    target = dot_target()
+    target.name = "toy-dot-buggy"
+    target.implementations = {"numpy": Implementation("numpy", _outside_buggy, backend="numpy")}
+    return target
+
+
+class _DoubleFreeHeap(HeapAllocator):
+    release = _release_without_owner_check
+
+
+def buggy_alloc_target() -> Target:
+    """``toy-alloc`` whose allocator releases a block it does not own: a stateful bug."""
+    target = alloc_target()
+    target.name = "toy-alloc-buggy"
+    target.implementations = {"heap": Implementation("heap", program_runner(_DoubleFreeHeap))}
+    return target

@@ -138,7 +138,7 @@ class _Heartbeat:
     (:func:`_phase`) or recognised from the main thread's stack."""
 
     #: functions inside which the fuzzing thread legitimately reports no cases for a long time
-    QUIET = frozenset({"_polish", "fuzz_atheris", "shrink_case", "confirm"})
+    QUIET = frozenset({"_polish", "fuzz_atheris", "minimize", "shrink_case", "confirm"})
 
     def __init__(self, channel: Channel, interval: float) -> None:
         self.channel = channel
