@@ -93,7 +93,13 @@ def get_target(name: str) -> Target:
     if name in _built:
         return _built[name]
     if name not in _sources:
-        known = ", ".join(target_names()) or "none"
+        if not target_names():  # a checkout run without installing: no entry points at all
+            raise UsageError(
+                f"unknown target {name!r}: no targets are registered, because targets come from "
+                "the `fuzzkit.targets` entry points of installed packages; install fuzzkit "
+                "(`pip install -e .` in a checkout)"
+            )
+        known = ", ".join(target_names())
         raise UsageError(f"unknown target {name!r} (known: {known}); `fuzzkit list` shows them")
     source = _sources[name]
     if isinstance(source, str):

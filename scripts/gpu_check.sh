@@ -6,10 +6,49 @@
 # float64 accumulation: tests/test_paged_kv_kernels.py, the Penelope exactness oracle), and their
 # benchmark checks its outputs at realistic shapes -- once in the default dtype, once in float64.
 #   scripts/gpu_check.sh            # uses python3 (or $PYTHON)
+#   scripts/gpu_check.sh --quick    # kernels + kernel benchmarks only, in under 8 minutes on a GPU
+#
+# A GPU machine's Python differs from ours (other torch/triton versions, no z3-solver, fuzzkit not
+# installed, no network): wheels put in .whl/ by scripts/gpu_wheels.sh are installed into a
+# temporary site directory, and fuzzkit's entry points (targets come only from them) are declared
+# from pyproject.toml in a temporary dist-info, so the checkout runs as it is.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 export OMP_NUM_THREADS=1
+QUICK=0
+for arg in "$@"; do
+  case "$arg" in
+    --quick) QUICK=1 ;;
+    *) echo "gpu_check: unknown argument $arg (use --quick or nothing)" >&2; exit 2 ;;
+  esac
+done
+SECONDS=0
+step() { echo "== [$SECONDS s] $*"; }
+
+if ls .whl/*.whl >/dev/null 2>&1; then
+  site=$(mktemp -d)
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target "$site" .whl/*.whl
+  export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
+fi
+if ! "$PY" -c "import importlib.metadata as m; m.distribution('fuzzkit')" 2>/dev/null; then
+  meta=$(mktemp -d)
+  "$PY" - "$meta" <<'PYEOF'
+import pathlib, sys, tomllib
+info = pathlib.Path(sys.argv[1]) / "fuzzkit-0+checkout.dist-info"
+info.mkdir()
+project = tomllib.loads(pathlib.Path("pyproject.toml").read_text())["project"]
+info.joinpath("METADATA").write_text("Metadata-Version: 2.1\nName: fuzzkit\nVersion: 0+checkout\n")
+lines = []
+for group, points in project.get("entry-points", {}).items():
+    lines.append(f"[{group}]")
+    lines += [f"{name} = {value}" for name, value in points.items()]
+info.joinpath("entry_points.txt").write_text("\n".join(lines) + "\n")
+PYEOF
+  export PYTHONPATH="$PWD:$meta${PYTHONPATH:+:$PYTHONPATH}"
+fi
+"$PY" -c "import z3" 2>/dev/null || echo "gpu_check: z3-solver missing (compiler kernels need it): run scripts/gpu_wheels.sh here and carry .whl" >&2
 
 if "$PY" -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
   mode=cuda
@@ -21,9 +60,11 @@ else
   "$PY" -c "import torch, triton; print('gpu_check: no GPU; Triton interpreter | torch', torch.__version__, '| triton', triton.__version__)"
 fi
 
-echo "== kernels against their references (pytest -m kernel, mode=$mode)"
+step "kernels against their references (pytest -m kernel, mode=$mode)"
+parallel=()
+if [ "$mode" = cuda ] && "$PY" -c "import xdist" 2>/dev/null; then parallel=(-n 4); fi
 set +e
-"$PY" -m pytest -m kernel -q -p no:cacheprovider tests
+"$PY" -m pytest -m kernel -q -p no:cacheprovider -p no:randomly "${parallel[@]}" tests
 rc=$?
 set -e
 if [ "$rc" -eq 5 ]; then echo "gpu_check: no kernel tests were collected" >&2; exit 1; fi
@@ -31,9 +72,17 @@ if [ "$rc" -ne 0 ]; then echo "gpu_check: kernel tests failed (rc=$rc)" >&2; exi
 
 for bench in benchmarks/kernel_*.py; do
   [ -e "$bench" ] || continue
-  echo "== $bench (mode=$mode)"
+  step "$bench (mode=$mode)"
   "$PY" "$bench"
 done
+if [ "$QUICK" = 1 ]; then
+  for bench in benchmarks/ann_kernels.py benchmarks/attention_index_kernels.py benchmarks/scute.py; do
+    step "$bench (mode=$mode)"
+    "$PY" "$bench"
+  done
+  echo "gpu_check: done --quick in $SECONDS s (mode=$mode)"
+  exit 0
+fi
 echo "== benchmarks/kernel_paged_kv.py --dtype fp64 (mode=$mode)"
 "$PY" benchmarks/kernel_paged_kv.py --dtype fp64
 # ann: the OctEx query-path kernels (candidate distances, expansion) at benchmark shapes against
@@ -58,4 +107,4 @@ echo "== benchmarks/kvguard_overhead.py (mode=$mode)"
 # its miscompile mutants is caught against the eager float64 reference.
 echo "== fuzzkit mutants compiler (mode=$mode)"
 "$PY" -m fuzzkit.cli mutants compiler --budget 60
-echo "gpu_check: done (mode=$mode)"
+echo "gpu_check: done in $SECONDS s (mode=$mode)"

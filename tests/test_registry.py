@@ -77,3 +77,13 @@ def test_shipped_targets_come_from_entry_points_only(monkeypatch) -> None:
     assert registry.target_names() == []
     with pytest.raises(UsageError, match="unknown target 'compiler'"):
         registry.get_target("compiler")
+
+
+def test_no_entry_points_at_all_says_to_install(monkeypatch) -> None:
+    """A checkout run without installing has no entry points: the error says how to fix it."""
+    monkeypatch.setattr(importlib.metadata, "entry_points", lambda group=None: [])
+    monkeypatch.setattr(registry, "_entry_points_loaded", False)
+    monkeypatch.setattr(registry, "_sources", {})
+    monkeypatch.setattr(registry, "_built", {})
+    with pytest.raises(UsageError, match="pip install -e ."):
+        registry.get_target("quant")
