@@ -11,16 +11,17 @@ import copy
 import dataclasses
 import os
 import signal
+import sys
 import sysconfig
 import tempfile
 import threading
 import traceback
 from pathlib import Path
-from types import TracebackType
+from types import FrameType, TracebackType
 from typing import Any, Iterator
 
 from fuzzkit.failure import Failure
-from fuzzkit.target import Implementation, Inputs, Target
+from fuzzkit.target import Implementation, Inputs, Target, lazy
 
 _PROJECT_ROOT = Path(__file__).resolve().parent.parent
 _HARNESS_DIRS = tuple(str(_PROJECT_ROOT / d) + os.sep for d in ("fuzzkit", "oracles"))
@@ -105,7 +106,7 @@ def _check_once(
                 raise
             except Exception as exc:  # noqa: BLE001
                 _raise_if_timed_out(exc)
-                crash = crash_failure(exc, where=impl.name)
+                crash = crash_failure(exc, where=impl.name, code=code_under_test(target, impl))
                 if target.localize is not None:
                     crash = _localized(target, impl, inputs, crash)
                 return Verdict(crash, expected)
@@ -127,7 +128,11 @@ def _check_once(
                         raise
                     except Exception as exc:  # noqa: BLE001
                         _raise_if_timed_out(exc)
-                        failure = crash_failure(exc, where=f"{impl.name} (property {prop.name})")
+                        failure = crash_failure(
+                            exc,
+                            where=f"{impl.name} (property {prop.name})",
+                            code=code_under_test(target, impl),
+                        )
                     if failure is not None:
                         break
             return Verdict(failure, expected, actual)
@@ -178,12 +183,17 @@ def _copying(fn: Any) -> Any:
     return lambda inputs: fn(copy.deepcopy(inputs))
 
 
-def crash_failure(exc: BaseException, *, where: str) -> Failure:
-    """A crash keyed by exception type and the innermost frame in the code under test."""
-    frame = innermost_user_frame(exc.__traceback__)
+def crash_failure(exc: BaseException, *, where: str, code: CodeUnderTest | None = None) -> Failure:
+    """A crash keyed by exception type and the innermost frame in the code under test.
+
+    ``code`` names that code (:func:`code_under_test`); without it (the reference, the oracle)
+    the innermost frame outside libraries and fuzzkit is blamed.  File paths, in the signature
+    and in the saved traceback alike, are relative to where each file's top-level package lies,
+    so a case records the same text on every machine."""
+    frame = innermost_user_frame(exc.__traceback__, code)
     location = f"{frame[0]}:{frame[1]}" if frame else "?"
     message = f"{where} raised {type(exc).__name__}: {exc}".splitlines()[0][:500]
-    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-6:])
+    tb = _relative_traceback(exc)
     return Failure(
         "crash",
         message,
@@ -198,22 +208,102 @@ def crash_failure(exc: BaseException, *, where: str) -> Failure:
     )
 
 
-def innermost_user_frame(tb: TracebackType | None) -> tuple[str, str] | None:
+#: Packages that are never code under test: fuzzkit's engine and its oracles are the harness.
+_HARNESS_PACKAGES = frozenset({"fuzzkit", "oracles"})
+
+
+@dataclasses.dataclass(frozen=True)
+class CodeUnderTest:
+    """The code a crash of an implementation is blamed on, found by module name, not by path.
+
+    ``packages`` are top-level package names (``"vllm"``): a frame of theirs is code under test
+    wherever the package is installed, site-packages included -- a path rule would call a
+    pip-installed engine "library code" and blame the driver that called it.  ``drivers`` are
+    modules that call into the implementation (the target's ``sources``, the module of its
+    reference, an ``--impl`` object's wrapper): never blamed while a frame of the
+    implementation exists, though they may share its top-level package (``targets``).
+    """
+
+    packages: frozenset[str] = frozenset()
+    drivers: frozenset[str] = frozenset()
+
+    def owns(self, module: str | None) -> bool:
+        return (
+            module is not None
+            and module.partition(".")[0] in self.packages
+            and module not in self.drivers
+        )
+
+
+def code_under_test(target: Target, impl: Implementation) -> CodeUnderTest:
+    """What ``impl`` is made of: the top-level package of the module named by ``--impl
+    module:attr`` (else of the module defining ``impl.fn``), plus any packages the object
+    declares in a ``code_under_test`` attribute (an adapter in one package driving an engine
+    installed as another declares the engine's, e.g. ``("vllm",)``)."""
+    objects: list[Any] = [impl.fn]
+    module = _module_of_callable(impl.fn)
+    drivers = {*target.sources, _module_of_callable(target.reference)}
+    spec_module, sep, attr = impl.name.partition(":")
+    if sep and spec_module and attr:
+        if module and module.partition(".")[0] != spec_module.partition(".")[0]:
+            drivers.add(module)  # the target's adapter (adapt_external) wrapping the object
+        module = spec_module
+        # Already imported by --impl; never imported here (the name may come from a report).
+        found: Any = sys.modules.get(spec_module)
+        for part in attr.split("."):
+            found = getattr(found, part, None)
+        objects.append(found)
+    packages = {module.partition(".")[0]} if module else set()
+    for obj in objects:
+        declared = getattr(obj, "code_under_test", ())
+        if isinstance(declared, str):
+            declared = (declared,)
+        if isinstance(declared, (tuple, list, frozenset, set)):
+            packages.update(str(p).partition(".")[0] for p in declared)
+    return CodeUnderTest(
+        frozenset(packages - _HARNESS_PACKAGES - {"__main__", ""}),
+        frozenset(d for d in drivers if d),
+    )
+
+
+def _module_of_callable(fn: Any) -> str | None:
+    if isinstance(fn, lazy):
+        return fn.path.partition(":")[0]
+    module = getattr(fn, "__module__", None)
+    return module if isinstance(module, str) else None
+
+
+def innermost_user_frame(
+    tb: TracebackType | None, code: CodeUnderTest | None = None
+) -> tuple[str, str] | None:
     """(file, function) of the innermost frame that belongs to code under test.
 
-    Library frames (numpy, torch, triton, the standard library) and fuzzkit's own harness are
-    skipped, so that the signature names *where the implementation went wrong*, which stays the
-    same while the input shrinks.
+    First the innermost frame of ``code``'s packages (wherever installed); failing that,
+    library frames (numpy, torch, triton, the standard library, site-packages) and fuzzkit's
+    own harness are skipped, so that the signature names *where the implementation went
+    wrong*, which stays the same while the input shrinks.
     """
-    frames = traceback.extract_tb(tb) if tb is not None else []
-    for entry in reversed(frames):
-        path = os.path.abspath(entry.filename)
+    frames = [(frame.f_code, _module_of_frame(frame)) for frame, _ in traceback.walk_tb(tb)]
+    if code is not None:
+        for func, module in reversed(frames):
+            path = os.path.abspath(func.co_filename)
+            if code.owns(module) and not path.startswith(_HARNESS_DIRS):
+                return _relative_path(func.co_filename, module), func.co_name
+    for func, module in reversed(frames):
+        path = os.path.abspath(func.co_filename)
         if path.startswith(_HARNESS_DIRS) or _is_library(path):
             continue
-        return _short_path(path), entry.name
+        return _relative_path(func.co_filename, module), func.co_name
     if frames:
-        return _short_path(os.path.abspath(frames[-1].filename)), frames[-1].name
+        func, module = frames[-1]
+        return _relative_path(func.co_filename, module), func.co_name
     return None
+
+
+def _module_of_frame(frame: FrameType) -> str | None:
+    """The frame's module name; ``__spec__`` first, so ``python -m pkg.mod`` is not ``__main__``."""
+    name = getattr(frame.f_globals.get("__spec__"), "name", None) or frame.f_globals.get("__name__")
+    return name if isinstance(name, str) else None
 
 
 def _library_roots() -> tuple[str, ...]:
@@ -229,17 +319,67 @@ def _library_roots() -> tuple[str, ...]:
 _LIBRARY_ROOTS = _library_roots()
 
 
+def _site_roots_in_project() -> tuple[str, ...]:
+    """site-packages folders inside the project (a ``.venv`` there): library code, although
+    under the project root."""
+    project = str(_PROJECT_ROOT) + os.sep
+    roots = {sysconfig.get_paths()[key] for key in ("purelib", "platlib")}
+    roots = {os.path.abspath(r) + os.sep for r in roots if r}
+    return tuple(r for r in roots if r.startswith(project))
+
+
+_PROJECT_SITE_ROOTS = _site_roots_in_project()
+
+
+def _in_project(path: str) -> bool:
+    return path.startswith(str(_PROJECT_ROOT) + os.sep) and not path.startswith(_PROJECT_SITE_ROOTS)
+
+
 def _is_library(path: str) -> bool:
-    if path.startswith(str(_PROJECT_ROOT) + os.sep):
+    if _in_project(path):
         return False
     return path.startswith(_LIBRARY_ROOTS) or path.startswith("<")
 
 
-def _short_path(path: str) -> str:
-    try:
-        return Path(path).relative_to(_PROJECT_ROOT).as_posix()
-    except ValueError:
-        return Path(path).name
+def _relative_path(filename: str, module: str | None) -> str:
+    """``filename`` relative to the project root, or else to the directory its top-level
+    package lies in (``vllm/v1/core/block_pool.py``), or else its bare name: never a path
+    that differs between machines."""
+    if filename.startswith("<"):
+        return filename
+    path = Path(os.path.abspath(filename))
+    if _in_project(str(path)):
+        return path.relative_to(_PROJECT_ROOT).as_posix()
+    if module:
+        parts = module.split(".")
+        if path.stem == "__init__":
+            parts.append("__init__")
+        tail = path.parts[-len(parts) :]
+        if list(tail[:-1]) == parts[:-1] and Path(tail[-1]).stem == parts[-1]:
+            return "/".join(tail)
+    return path.name
+
+
+def _relative_traceback(exc: BaseException) -> str:
+    """The last lines of ``exc``'s formatted traceback, file paths made relative (the chained
+    exceptions' frames too)."""
+    names: dict[str, str] = {}
+    seen: set[int] = set()
+    pending: list[BaseException] = [exc]
+    while pending:
+        current = pending.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        for frame, _ in traceback.walk_tb(current.__traceback__):
+            filename = frame.f_code.co_filename
+            if filename not in names:
+                names[filename] = _relative_path(filename, _module_of_frame(frame))
+        pending.extend(e for e in (current.__cause__, current.__context__) if e is not None)
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-6:])
+    for filename, relative in names.items():
+        text = text.replace(f'File "{filename}"', f'File "{relative}"')
+    return text
 
 
 @contextlib.contextmanager

@@ -20,7 +20,9 @@ noise.
 from __future__ import annotations
 
 import dataclasses
+import numbers
 from collections import Counter
+from collections.abc import Mapping
 from typing import Any, Callable, Optional
 
 from targets.paged_kv.protocol import Allocation, Config
@@ -34,6 +36,69 @@ class Violation(Exception):
     def __init__(self, check: str, message: str) -> None:  # pragma: no cover - on failure
         super().__init__(message)
         self.check = check
+
+
+class ProtocolTypeError(TypeError):
+    """A plug-in's ``inspect()`` returned a field of the wrong type (see
+    :class:`~targets.paged_kv.protocol.InspectableManager` for the types).  Raised by the driver
+    before any check reads the state, so the message names the field, not a format call deep
+    inside a structural check."""
+
+
+def _is_int(value: Any) -> bool:
+    """Python and NumPy integers; not bools (a bool where a count belongs is an adapter bug)."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _int_list(value: Any) -> bool:
+    if isinstance(value, (str, bytes, Mapping)):
+        return False
+    try:
+        return all(_is_int(v) for v in value)
+    except TypeError:
+        return False
+
+
+#: ``inspect()``'s fields: (key check, value check, the types a message names).
+_INSPECT_FIELDS: dict[str, tuple[Callable[[Any], bool], Callable[[Any], bool], str]] = {
+    "ref_cnt": (_is_int, _is_int, "{block id (int): reference count (int)}"),
+    "block_hash": (_is_int, lambda v: v is None or _is_int(v),
+                   "{block id (int): block hash (int) or None}"),
+    "cached": (_is_int, _int_list, "{block hash (int): [block id (int), ...]}"),
+    "tables": (_is_int, _int_list, "{request id (int): [block id (int), ...]}"),
+    "tokens_in_table": (_is_int, _is_int, "{request id (int): token count (int)}"),
+}
+
+
+def checked_inspection(state: Any) -> dict[str, Any]:
+    """``state`` (what ``inspect()`` returned) if every field has the protocol's type, else a
+    :class:`ProtocolTypeError` naming the first field, entry and type that are wrong.  Hashes
+    must be ints: an engine with bytes or string hashes converts them in its adapter (e.g.
+    ``int.from_bytes(h, "big")``), so that equal hashes stay equal."""
+    if not isinstance(state, Mapping):
+        raise ProtocolTypeError(f"inspect() returned a {type(state).__name__}; expected a dict "
+                                f"with the fields {', '.join(['free_queue', *_INSPECT_FIELDS])}")
+    missing = [f for f in ("free_queue", *_INSPECT_FIELDS) if f not in state]
+    if missing:
+        raise ProtocolTypeError(f"inspect() has no field {', '.join(map(repr, missing))}")
+    if not _int_list(state["free_queue"]):
+        raise ProtocolTypeError("inspect()['free_queue'] must be a list of block ids (int), "
+                                f"front first; got {_shown(state['free_queue'])}")
+    for field, (key_ok, value_ok, expected) in _INSPECT_FIELDS.items():
+        value = state[field]
+        if not isinstance(value, Mapping):
+            raise ProtocolTypeError(f"inspect()[{field!r}] must be a dict {expected}; got a "
+                                    f"{type(value).__name__}")
+        for key, item in value.items():
+            if not key_ok(key) or not value_ok(item):
+                raise ProtocolTypeError(f"inspect()[{field!r}] must be {expected}; got the entry "
+                                        f"{_shown(key)}: {_shown(item)}")
+    return dict(state)
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return f"{text[:80]}{'...' if len(text) > 80 else ''} ({type(value).__name__})"
 
 
 @dataclasses.dataclass
@@ -210,7 +275,7 @@ class Driver:
     def _admitted(self, rid: int, shadow: _Shadow, allocation: Allocation) -> Optional[_Refill]:
         """Check what an admission reuses (the table entries that kept their hash: hits; new
         blocks have none) and where it starts computing; return the refill if it has a hole."""
-        state = self.manager.inspect()
+        state = checked_inspection(self.manager.inspect())
         table = state["tables"].get(rid, [])
         reused = [i for i, block in enumerate(table)
                   if block and state["block_hash"].get(block) is not None]
@@ -251,7 +316,7 @@ class Driver:
     def check_structure(self) -> None:
         if not self.inspectable:  # pragma: no branch - fuzzkit's managers all inspect
             return
-        state = self.manager.inspect()
+        state = checked_inspection(self.manager.inspect())
         check_structure(state, self.config)
 
 

@@ -39,7 +39,7 @@ import numpy as np
 from fuzzkit import values
 from fuzzkit.reach import Threshold
 from oracles.kvguard import KVGuard
-from targets.paged_kv.driver import Driver, Violation
+from targets.paged_kv.driver import Driver, Violation, checked_inspection
 from targets.paged_kv.protocol import Config
 
 HEADS, KV_HEADS, HEAD_DIM = 4, 2, 8  # two query heads per kv head (GQA)
@@ -148,7 +148,7 @@ class KernelDriver(Driver):
         """KVGuard's allocation checks (class 1) first, so that the guard names what it sees;
         then the driver's own structural invariants."""
         if self.inspectable:  # pragma: no branch - the optimized manager always inspects
-            state = self.manager.inspect()
+            state = checked_inspection(self.manager.inspect())  # types first, then the guard
             self.guard.check_manager(state)
             for rid, table in state["tables"].items():
                 self.guard.check_table(rid, table, state["tokens_in_table"][rid])

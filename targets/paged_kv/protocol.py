@@ -102,6 +102,43 @@ by :mod:`targets.paged_kv.sizes` -- which the strategy then aims at.
 Operations on an unknown request id return None and change nothing; so does ``add_request``
 with an id that exists.  A request "holds no blocks" when its table is empty (a table trimmed
 to null entries is not empty).
+
+Types (what the driver passes and what it expects back)
+-------------------------------------------------------
+"int" means a Python ``int`` or a NumPy integer, never a ``bool``.
+
+* Arguments: ``rid``, ``src``, ``dst``, ``num_tokens`` are ints; ``tokens`` is a list of ints;
+  ``adapter`` and ``salt`` are an int or None; ``__init__`` gets a :class:`Config` (and, for
+  ``--guarded``, the keyword ``guard=``).
+* ``add_request``, ``commit``, ``publish``, ``append``, ``trim``: an int, or None for an unknown
+  request.  ``fork``, ``preempt``, ``finish``: a bool, or None.  ``reset_prefix_cache``: a bool.
+  The driver records them as they are and the oracle compares them with the reference's.
+* ``allocate``: an :class:`Allocation` (any object with int attributes ``computed`` and
+  ``scheduled`` and an iterable ``copies`` of ``(src, dst)`` int pairs), or None for "does not
+  fit".
+* ``block_table``: a sequence of int block ids (a list, or a 1-D integer array), 0 for a null
+  entry.  ``num_free_blocks``: an int.
+* ``inspect()`` (optional, :class:`InspectableManager`): a dict with exactly these fields, all
+  ints as above -- checked by :func:`targets.paged_kv.driver.checked_inspection` before any
+  invariant reads them, which raises ``ProtocolTypeError`` naming the first wrong field:
+
+  ===================  =============================================================
+  ``ref_cnt``          ``{block id: reference count}``, blocks ``1 .. num_blocks-1``
+  ``block_hash``       ``{block id: hash or None}`` -- **hashes are ints**: an engine
+                       with bytes or string hashes converts them in its adapter (e.g.
+                       ``int.from_bytes(h, "big")``) so that equal hashes stay equal
+  ``free_queue``       ``[block id, ...]``, front (next to be handed out) first
+  ``cached``           ``{hash: [block id, ...]}``, the blocks cached under each hash,
+                       published first first
+  ``tables``           ``{request id: [block id, ...]}``, as ``block_table`` returns
+  ``tokens_in_table``  ``{request id: tokens the table covers}`` (see
+                       :class:`InspectableManager`)
+  ===================  =============================================================
+
+* Class attributes (optional): ``eviction_policies``, a tuple of policy names; ``thresholds``
+  (see above); ``code_under_test``, a tuple of top-level package names (``("vllm",)``) that a
+  crash is blamed on before the adapter's own frames -- by default the package of the module
+  given to ``--impl``, wherever it is installed (:func:`fuzzkit.runner.code_under_test`).
 """
 
 from __future__ import annotations
@@ -201,7 +238,8 @@ class InspectableManager(KVCacheManager, Protocol):
     "free_queue": [block, ...] (front first), "cached": {hash: [block, ...]},
     "tables": {rid: [block, ...]}, "tokens_in_table": {rid: tokens}}`` for blocks
     ``1 .. num_blocks-1``, where ``tokens`` is what the table covers: ``computed + pending``, or
-    the end of the suffix while a refill (penelope) is open.
+    the end of the suffix while a refill (penelope) is open.  Every key and value is an int
+    (hashes included) or, for ``block_hash`` values, None: see "Types" in the module docstring.
     """
 
     def inspect(self) -> dict[str, Any]: ...
