@@ -74,9 +74,15 @@ class Edit:
     lines: tuple[LineEdit, ...] = ()
 
     def resolve(self) -> Any:
-        """The owner object (imports it when it was given by name)."""
+        """The owner object (imports it when it was given by name: ``"pkg.mod"`` or, for a class
+        of an optional package that must not be imported until the mutant runs,
+        ``"pkg.mod:Class"``)."""
         if isinstance(self.owner, str):
-            return importlib.import_module(self.owner)
+            module, _, path = self.owner.partition(":")
+            owner: Any = importlib.import_module(module)
+            for name in filter(None, path.split(".")):
+                owner = getattr(owner, name)
+            return owner
         return self.owner
 
     def replacement(self, owner: Any) -> Any:
@@ -159,7 +165,8 @@ def patch(owner: Any, /, **attrs: Any) -> Patch:
     """Replace ``owner.<name>`` by each ``value`` of ``attrs`` while the patch is applied.
 
     ``owner`` is a module or class (checked now: a missing attribute raises
-    ``AttributeError``), or a dotted module name (checked when applied).
+    ``AttributeError``), or a dotted module name, optionally ``"pkg.mod:Class"`` (checked when
+    applied).
     """
     if not attrs:
         raise ValueError("patch() needs at least one attribute to replace")

@@ -90,6 +90,11 @@ class Implementation:
     thresholds: Any = ()
     #: Modules (``"pkg.mod"``) that make up this implementation: what ``--coverage`` measures.
     sources: Sequence[str] = ()
+    #: For an implementation that can express only some of the target's cases (a real library
+    #: without one of the target's variants): its own strategy, called like ``Target.strategy``,
+    #: drawing only the cases it supports.  Cases it turns away are never run, so never counted
+    #: as passed; None: every case of the target's strategy.
+    cases: Callable[..., Any] | None = None
 
     def __call__(self, inputs: Inputs) -> Outputs:
         return self.fn(inputs)
@@ -209,10 +214,11 @@ class Target:
 
     def strategy_for(self, impl: Implementation | None = None) -> Any:
         """The Hypothesis strategy for fuzzing ``impl``: ``strategy(thresholds=...)`` when the
-        strategy takes them, else ``strategy()``."""
-        if _accepts_keyword(self.strategy, "thresholds"):
-            return self.strategy(thresholds=self.thresholds_for(impl))
-        return self.strategy()
+        strategy takes them, else ``strategy()``; ``impl.cases`` instead when it declares one."""
+        strategy = impl.cases if impl is not None and impl.cases is not None else self.strategy
+        if _accepts_keyword(strategy, "thresholds"):
+            return strategy(thresholds=self.thresholds_for(impl))
+        return strategy()
 
     def operations(self, inputs: Inputs) -> Sequence[str]:
         """The operations of one case, in order (see ``events``)."""

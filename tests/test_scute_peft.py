@@ -1,12 +1,12 @@
 """The float64 reference against PEFT itself: torch.nn.Linear layers wrapped by peft for LoRA,
 rsLoRA, DoRA, VeRA, OFT (exact Cayley and the Cayley-Neumann series), BOFT and IA3 (k/v and
-feed-forward), their weights set from our adapter dicts, forward in float64."""
+feed-forward), their weights set from our adapter dicts, forward in float64.  The layers are
+built by the shipped ``peft`` implementation (:func:`targets.scute.adapters.peft_impl.build`)."""
 
 from __future__ import annotations
 
 import copy
 import dataclasses
-import warnings
 from typing import Any
 
 import numpy as np
@@ -15,92 +15,17 @@ import pytest
 peft = pytest.importorskip("peft")
 torch = pytest.importorskip("torch")
 
-from targets.scute import reference, slots, strategies  # noqa: E402
 from test_scute import forward64  # noqa: E402
+
+from targets.scute import reference, slots, strategies  # noqa: E402
+from targets.scute.adapters import peft_impl  # noqa: E402
 
 K, NOUT, KMAX, NMAX = 16, 12, 24, 20
 
 
-class Net(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.lin = torch.nn.Linear(K, NOUT)
-        self.big = torch.nn.Linear(KMAX, NMAX)  # sizes VeRA's shared matrices past lin's
-
-    def forward(self, x: Any) -> Any:
-        return self.lin(x)
-
-
-def _t(a: Any) -> Any:
-    return torch.as_tensor(np.asarray(a, np.float64))
-
-
-def _wrap(config: Any, w0: np.ndarray, b0: np.ndarray) -> Any:
-    net = Net()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        model = peft.get_peft_model(net, config)
-    model = model.double()
-    lin = model.base_model.model.lin
-    with torch.no_grad():
-        lin.base_layer.weight.copy_(_t(w0))
-        lin.base_layer.bias.copy_(_t(b0))
-    model.eval()
-    return model, lin
-
-
 def _peft_forward(adapter: dict[str, Any], w0: np.ndarray, b0: np.ndarray) -> Any:
-    method = adapter["method"]
-    if method in ("lora", "dora"):
-        r = adapter["A"].shape[0]
-        cfg = peft.LoraConfig(r=r, lora_alpha=adapter["alpha"], target_modules=["lin"],
-                              lora_dropout=0.0, use_rslora=adapter["rslora"],
-                              use_dora=method == "dora", init_lora_weights=False)
-        model, lin = _wrap(cfg, w0, b0)
-        with torch.no_grad():
-            lin.lora_A["default"].weight.copy_(_t(adapter["A"]))
-            lin.lora_B["default"].weight.copy_(_t(adapter["B"]))
-            if method == "dora":
-                lin.lora_magnitude_vector["default"].weight.copy_(_t(adapter["magnitude"]))
-        return model
-    if method == "vera":
-        r = adapter["A_shared"].shape[0]
-        cfg = peft.VeraConfig(r=r, target_modules=["lin", "big"], vera_dropout=0.0)
-        model, lin = _wrap(cfg, w0, b0)
-        assert tuple(lin.vera_A["default"].shape) == adapter["A_shared"].shape
-        with torch.no_grad():
-            lin.vera_A["default"].copy_(_t(adapter["A_shared"]))
-            lin.vera_B["default"].copy_(_t(adapter["B_shared"]))
-            lin.vera_lambda_d["default"].copy_(_t(adapter["lambda_d"]))
-            lin.vera_lambda_b["default"].copy_(_t(adapter["lambda_b"]))
-        return model
-    if method == "oft":
-        bs = adapter["block_size"]
-        cfg = peft.OFTConfig(r=0, oft_block_size=bs, target_modules=["lin"], module_dropout=0.0,
-                             use_cayley_neumann=adapter["cayley"] == "neumann",
-                             num_cayley_neumann_terms=adapter["neumann_terms"])
-        model, lin = _wrap(cfg, w0, b0)
-        rows, cols = np.triu_indices(bs, 1)
-        with torch.no_grad():
-            lin.oft_R["default"].weight.copy_(_t(np.asarray(adapter["Q"])[:, rows, cols]))
-        return model
-    if method == "boft":
-        cfg = peft.BOFTConfig(boft_block_size=adapter["block_size"], boft_n_butterfly_factor=1,
-                              target_modules=["lin"], boft_dropout=0.0)
-        model, lin = _wrap(cfg, w0, b0)
-        with torch.no_grad():
-            lin.boft_R["default"].copy_(_t(adapter["Q"]))
-            lin.boft_s["default"].copy_(_t(adapter["boft_s"]).reshape(-1, 1))
-        return model
-    if method == "ia3":
-        ff = adapter["placement"] == "ff"
-        cfg = peft.IA3Config(target_modules=["lin"], feedforward_modules=["lin"] if ff else [])
-        model, lin = _wrap(cfg, w0, b0)
-        with torch.no_grad():
-            shape = (1, K) if ff else (NOUT, 1)
-            lin.ia3_l["default"].copy_(_t(adapter["l"]).reshape(shape))
-        return model
-    raise AssertionError(method)
+    """PEFT's own layer for ``adapter``, in float64 (built by the shipped ``peft`` adapter)."""
+    return peft_impl.build(adapter, w0, b0, dtype=torch.float64)
 
 
 def _adapter(kind: str, seed: int) -> tuple[dict[str, Any], np.ndarray, np.ndarray, np.ndarray]:
@@ -143,7 +68,7 @@ def test_reference_matches_peft(kind: str) -> None:
         ad, w0, b0, x = _adapter(kind, seed)
         model = _peft_forward(copy.deepcopy(ad), w0, b0)
         with torch.no_grad():
-            theirs = model(_t(x)).numpy()
+            theirs = model(torch.as_tensor(np.asarray(x, np.float64))).numpy()
         case = {"dtype": "float32", "mode": "decode", "x": x, "w0": w0, "b0": b0,
                 "token_adapter": np.zeros(len(x), np.int64), "adapters": [ad]}
         ours = reference.run(case)["y"]

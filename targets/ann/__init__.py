@@ -42,8 +42,10 @@ and, with turbo storage, ``codes`` and ``scales``.  The reference adds ``"aux"``
 Implementations: ``numpy`` (:mod:`.index`: vectorized build, float32 search; its two
 query-time hooks in :mod:`.numpy_hooks`) and ``triton`` (:mod:`.triton_impl`: the same build and
 search loop, the two hooks as Triton kernels, :mod:`.kernels`, launched with the tiles of
-:mod:`.tiles`).  Where their code changes path -- the graph build's block, the kernels' tiles as
-launched in this mode, and where ``R``, ``C``, ``E``, ``k`` and ``P`` meet the data -- is
+:mod:`.tiles`).  ``faiss-ivf`` / ``faiss-hnsw`` (:mod:`.adapters`) are FAISS run as black boxes:
+their outputs declare it, and they are judged by validity and recall only
+(:mod:`.adapters.judge`).  Where their code changes path -- the graph build's block, the kernels'
+tiles as launched in this mode, and where ``R``, ``C``, ``E``, ``k`` and ``P`` meet the data -- is
 declared in :mod:`.thresholds`, and :mod:`.strategies` aims at it.
 """
 
@@ -57,6 +59,8 @@ from targets.ann import checks, reference
 
 def target() -> Target:
     """The ``ann`` target (the registry's entry point ``targets.ann:target``)."""
+    from targets.ann.adapters import faiss_impl, judge
+    from targets.ann.adapters.faiss_mutants import MUTANTS as FAISS_MUTANTS
     from targets.ann.limits import LIMITS
     from targets.ann.mutants import DEVICE_MUTANTS, MUTANTS
     from targets.ann.properties import PROPERTIES
@@ -81,10 +85,23 @@ def target() -> Target:
                 thresholds=kernel_thresholds,
                 sources=("targets.ann.triton_impl", "targets.ann.kernels", "targets.ann.tiles"),
             ),
+            # black boxes (targets.ann.adapters): judged by validity + recall only
+            "faiss-ivf": Implementation(
+                "faiss-ivf", lazy("targets.ann.adapters.faiss_impl:ivf_flat"),
+                backend="external", description="FAISS IndexIVFFlat (faiss-cpu), black box",
+                unavailable=faiss_impl.unavailable, sources=("targets.ann.adapters.faiss_impl",),
+            ),
+            "faiss-hnsw": Implementation(
+                "faiss-hnsw", lazy("targets.ann.adapters.faiss_impl:hnsw"),
+                backend="external", description="FAISS IndexHNSWFlat (faiss-cpu), black box",
+                unavailable=faiss_impl.unavailable, sources=("targets.ann.adapters.faiss_impl",),
+            ),
         },
-        oracle=checks.oracle,
-        properties=PROPERTIES,
-        mutants=[*MUTANTS, *DEVICE_MUTANTS],
+        # an implementation whose outputs declare a black-box index type (adapters.judge.KEY)
+        # is judged by validity + recall; fuzzkit's own keep the exact structural oracle
+        oracle=judge.dispatch(checks.oracle),
+        properties=judge.properties(PROPERTIES),
+        mutants=[*MUTANTS, *DEVICE_MUTANTS, *FAISS_MUTANTS],
         reducible=("vectors", "queries", "inserted"),
         validate=checks.validate,
         # index.py (build, probing, the search loop, rerank) runs under both implementations:

@@ -23,8 +23,10 @@ re-runs with one slot at a time replaced by identity to name the guilty slot.  P
 (:mod:`.properties`): batch invariance, zero-initialised adapters = base layer, merged weight =
 unmerged, exact Cayley orthogonal.
 
-Implementations: ``triton`` (:mod:`.triton_impl`, one Scute kernel launch for the mixed batch)
-and ``torch`` (:mod:`.torch_impl`, Punica-style gather + batched matmuls).
+Implementations: ``triton`` (:mod:`.triton_impl`, one Scute kernel launch for the mixed batch),
+``torch`` (:mod:`.torch_impl`, Punica-style gather + batched matmuls) and ``peft``
+(:mod:`.adapters.peft_impl`: PEFT's own layers, one adapter at a time, on the cases PEFT can
+express).
 
 Reach: the kernel's tiles as launched in this mode (:mod:`.tiles`), the slot conversion's edges
 and torch's branches (:mod:`.sizes`) are declared thresholds; the strategy (:mod:`.strategies`)
@@ -55,8 +57,15 @@ def _torch_unavailable() -> Optional[str]:
     return None
 
 
+def _peft_unavailable() -> Optional[str]:
+    from targets.scute.adapters import peft_impl
+
+    return peft_impl.unavailable()
+
+
 def target() -> Target:
     """The ``scute`` target (entry point ``targets.scute:target``)."""
+    from targets.scute.adapters.peft_mutants import MUTANTS as PEFT_MUTANTS
     from targets.scute.limits import LIMITS
     from targets.scute.mutants import DEVICE_MUTANTS, MUTANTS
     from targets.scute.properties import PROPERTIES
@@ -84,10 +93,18 @@ def target() -> Target:
                 thresholds=sizes.TORCH_THRESHOLDS,
                 sources=("targets.scute.torch_impl",),
             ),
+            "peft": Implementation(
+                "peft", lazy("targets.scute.adapters.peft_impl:run"), backend="external",
+                description="Hugging Face PEFT's own wrapped Linear layers, one adapter at a "
+                            "time (float32 on storage-dtype values)",
+                unavailable=_peft_unavailable,
+                cases=lazy("targets.scute.adapters.peft_impl:cases"),
+                sources=("targets.scute.adapters.peft_impl",),
+            ),
         },
         oracle=checks.oracle,
         properties=PROPERTIES,
-        mutants=[*MUTANTS, *DEVICE_MUTANTS],
+        mutants=[*MUTANTS, *DEVICE_MUTANTS, *PEFT_MUTANTS],
         reducible=(("x", "token_adapter"),),  # token rows shrink together
         validate=checks.validate,
         localize=checks.localize,
