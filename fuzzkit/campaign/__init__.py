@@ -30,6 +30,7 @@ from fuzzkit.campaign.state import (
     reconcile_claims,
     write_state,
 )
+from fuzzkit.campaign.summary import write_summary
 from fuzzkit.errors import UsageError
 
 MAX_REPLACEMENTS = 32
@@ -238,6 +239,9 @@ class _Coordinator:
         self.backend: Backend | None = None
         self.session_start = time.monotonic()
         self.status = "done"
+        #: the targets registered in this process, for workers to import (the same for all)
+        self.sources = target_sources(sorted({t for t, _ in self.plan.items}))
+        self._last_observed_state = 0.0  # when an in-process worker's events last saved state
 
     def elapsed(self) -> float:
         return self.prior_elapsed + time.monotonic() - self.session_start
@@ -299,7 +303,6 @@ class _Coordinator:
         return LocalBackend()
 
     def _spec(self, worker: int, items: list[Item], budget: float) -> WorkerSpec:
-        sources = target_sources(sorted({t for t, _ in self.plan.items}))
         return WorkerSpec(
             worker=worker,
             seed=int(self.plan.seed) * 1000 + worker,
@@ -307,8 +310,8 @@ class _Coordinator:
             budget=budget,
             plan=self.plan,
             run_dir=str(self.run_dir),
-            sources=sources,
-            preload=source_modules(sources),
+            sources=self.sources,
+            preload=source_modules(self.sources),
             sys_path=[p for p in sys.path if p],
             cwd=os.getcwd(),
             heartbeat=self.opts.heartbeat,
@@ -409,8 +412,6 @@ class _Coordinator:
                 self._last_observed_state = now
                 self.save_state("running")
 
-    _last_observed_state = 0.0
-
     # --------------------------------------------------------------------------- stopping
 
     def _wind_down(self, grace: float = INTERRUPT_GRACE) -> None:
@@ -452,10 +453,9 @@ class _Coordinator:
             self.status = "error"
         self.save_state(self.status)
         self.log.close()
-        from fuzzkit.known import parse
-
-        known = parse({"format": "fuzzkit-known/1", "known": self.plan.known}, "run plan")
-        self.summary, self.rows = _write_summary(self.run_dir, self.state, self.stats, known)
+        self.summary, self.rows = write_summary(
+            self.run_dir, self.state, self.stats, self.plan.known_signatures()
+        )
         self.progress.finish(self.stats, self.elapsed(), self.rows, self.plan.skipped)
         write_html_if_available(self.run_dir)
 
@@ -512,12 +512,6 @@ class _Coordinator:
             rows=self.rows,
             errors=list(self.stats.errors),
         )
-
-
-def _write_summary(run_dir: Path, state: RunState, stats: Stats, known: Any) -> Any:
-    from fuzzkit.campaign.summary import write_summary
-
-    return write_summary(run_dir, state, stats, known)
 
 
 def _in_main_thread() -> bool:

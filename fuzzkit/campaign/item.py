@@ -183,7 +183,7 @@ def hypothesis_engine(job: ItemJob) -> Any:
         case_timeout=job.plan.case_timeout,
         on_case=job.on_case,
         checker=job.checker,
-        known=_SkipFound(_user_known(job.plan), job.channel, job.claimed_here),
+        known=_SkipFound(job.plan.known_signatures(), job.channel, job.claimed_here),
         confirm=_confirmer(job),
         on_found=job.on_found,
         on_finding=job.on_finding,
@@ -305,14 +305,6 @@ def _emit_totals(job: ItemJob, result: Any) -> None:
 
 
 # ------------------------------------------------------------------------ what not to chase
-
-
-def _user_known(plan: Any) -> Any:
-    if not plan.known:
-        return None
-    from fuzzkit.known import parse
-
-    return parse({"format": "fuzzkit-known/1", "known": plan.known}, "run plan")
 
 
 class _SkipFound:

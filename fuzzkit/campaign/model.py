@@ -105,6 +105,15 @@ class Plan:
     address: str | None = None
     num_gpus: float = 0.0
 
+    def known_signatures(self) -> Any:
+        """``known`` as :class:`fuzzkit.known.KnownSignatures` (None when there are none): the
+        plan keeps the JSON form, which every worker and the summary read back through here."""
+        if not self.known:
+            return None
+        from fuzzkit.known import parse
+
+        return parse({"format": "fuzzkit-known/1", "known": self.known}, "run plan")
+
 
 @dataclasses.dataclass
 class RunState:
