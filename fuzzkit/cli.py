@@ -484,12 +484,14 @@ def cmd_replay(args: argparse.Namespace) -> int:
             mutants=mutants,
         ) as check:
             # A sequence's earlier steps only set up state: each runs once, as when fuzzing.
-            failure = [check(target, impl, step, confirm=not sequence).failure for step in steps][
-                -1
-            ]
+            verdict = [check(target, impl, step, confirm=not sequence) for step in steps][-1]
+        failure = verdict.failure
         what = f"  (sequence of {len(steps)} cases; verdict of the last)" if sequence else ""
         what += "  (isolated)" if isolate else ""
-        if failure is None:
+        if verdict.unsupported is not None:
+            # Neither a pass nor a failure: the implementation cannot express this case.
+            print(f"SKIP  {path}{what}  not run: {impl.name} {verdict.unsupported}")
+        elif failure is None:
             recorded = record.failure
             if recorded is not None and recorded.kind == "state-dependent":
                 note = (

@@ -227,7 +227,8 @@ class IsolatedChecker:
             if message[2]:  # the child asked to be replaced (CUDA context lost)
                 self._replace()
             self._clear_inflight()
-            return Verdict(failure)
+            unsupported = message[3] if len(message) > 3 else None
+            return Verdict(failure, unsupported=unsupported)
         failure = self._death(timed_out, limit)
         self._replace()
         self._clear_inflight()
@@ -387,8 +388,10 @@ def _child_main(
         if message[0] == "stop":
             return
         _, inputs, properties, timeout = message
-        failure, replace = _check(target, impl, inputs, properties, timeout, memory_mb)
-        conn.send(("verdict", failure.to_json() if failure is not None else None, replace))
+        failure, replace, unsupported = _check(target, impl, inputs, properties, timeout, memory_mb)
+        conn.send(
+            ("verdict", failure.to_json() if failure is not None else None, replace, unsupported)
+        )
         if replace:
             return
 
@@ -400,40 +403,51 @@ def _check(
     properties: bool,
     timeout: float | None,
     memory_mb: int | None,
-) -> tuple[Failure | None, bool]:
+) -> tuple[Failure | None, bool, str | None]:
     """check_case with its confirmation re-run done here, so that a CUDA error (after which the
-    context is unusable) is reported as itself rather than as a non-deterministic failure."""
+    context is unusable) is reported as itself rather than as a non-deterministic failure.
+    Returns the failure, whether the child must be replaced, and why the implementation turned
+    the case away (:class:`~fuzzkit.target.Unsupported`), if it did."""
     from fuzzkit.runner import check_case
 
     try:
-        first = check_case(
+        verdict = check_case(
             target, impl, inputs, properties=properties, confirm=False, timeout=timeout
-        ).failure
+        )
+        first = verdict.failure
         if first is not None:
             cuda = _as_cuda_crash(first)
             if cuda is not None:
-                return cuda, True
+                return cuda, True, None
             oom = _as_oom(first, target, impl, memory_mb)
             if oom is not None:
-                return oom, False
+                return oom, False, None
             if first.kind == "timeout":
-                return first, False
+                return first, False, None
             again = check_case(
                 target, impl, inputs, properties=properties, confirm=False, timeout=timeout
             ).failure
             if again is None or again.signature != first.signature:
                 second = again.signature if again else "a pass"
-                return first.with_kind(
-                    "nondeterministic", prefix=f"re-run gave {second}; first run: "
-                ), False
-        return first, False
+                return (
+                    first.with_kind(
+                        "nondeterministic", prefix=f"re-run gave {second}; first run: "
+                    ),
+                    False,
+                    None,
+                )
+        return first, False, verdict.unsupported
     except MemoryError:
-        return Failure(
-            "oom",
-            f"{impl.name} ran out of memory",
-            f"oom:{target.name}:{impl.name}",
-            {"memory_mb": memory_mb},
-        ), False
+        return (
+            Failure(
+                "oom",
+                f"{impl.name} ran out of memory",
+                f"oom:{target.name}:{impl.name}",
+                {"memory_mb": memory_mb},
+            ),
+            False,
+            None,
+        )
 
 
 def _as_cuda_crash(failure: Failure) -> Failure | None:

@@ -21,7 +21,7 @@ from types import FrameType, TracebackType
 from typing import Any, Iterator
 
 from fuzzkit.failure import Failure
-from fuzzkit.target import Implementation, Inputs, Target, lazy
+from fuzzkit.target import Implementation, Inputs, Target, Unsupported, lazy
 
 _PROJECT_ROOT = Path(__file__).resolve().parent.parent
 _HARNESS_DIRS = tuple(str(_PROJECT_ROOT / d) + os.sep for d in ("fuzzkit", "oracles"))
@@ -53,6 +53,8 @@ class Verdict:
     failure: Failure | None
     expected: Any = None
     actual: Any = None
+    #: Why the implementation did not run the case (it raised :class:`Unsupported`), or None.
+    unsupported: str | None = None
 
     @property
     def passed(self) -> bool:
@@ -104,6 +106,8 @@ def _check_once(
                 actual = impl.fn(copy.deepcopy(inputs))
             except CaseTimeout:
                 raise
+            except Unsupported as exc:
+                return Verdict(None, expected, unsupported=str(exc) or type(exc).__name__)
             except Exception as exc:  # noqa: BLE001
                 _raise_if_timed_out(exc)
                 crash = crash_failure(exc, where=impl.name, code=code_under_test(target, impl))

@@ -12,6 +12,7 @@ call into these plain objects.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterator, Mapping, Sequence
@@ -26,6 +27,26 @@ Outputs = Any
 Oracle = Callable[[Inputs, Outputs, Outputs], Failure | None]
 #: A property runs one implementation (possibly several times, for metamorphic relations).
 PropertyCheck = Callable[[Callable[[Inputs], Outputs], Inputs], Failure | None]
+
+
+class Unsupported(Exception):
+    """Raised by an implementation for a case it cannot express (a variant of the target's
+    contract it does not implement: a policy, fork, a window mode, an adapter form).
+
+    Why an exception and not a passing output: a case the implementation never ran must be
+    neither a pass nor a failure.  The runner turns it into a verdict marked ``unsupported``,
+    the engines count it apart from the cases run, and ``replay`` says the case was not run."""
+
+
+#: Cases turned away in this process, by reason: by an implementation's own strategy
+#: (:attr:`Implementation.cases`, through :func:`count_unsupported`) or by :class:`Unsupported`.
+#: The engines report the difference over a run, so reports count them separately.
+UNSUPPORTED: collections.Counter[str] = collections.Counter()
+
+
+def count_unsupported(reason: str) -> None:
+    """Count one case turned away for ``reason`` (keep reasons short and few: they are keys)."""
+    UNSUPPORTED[reason[:200]] += 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,7 +114,8 @@ class Implementation:
     #: For an implementation that can express only some of the target's cases (a real library
     #: without one of the target's variants): its own strategy, called like ``Target.strategy``,
     #: drawing only the cases it supports.  Cases it turns away are never run, so never counted
-    #: as passed; None: every case of the target's strategy.
+    #: as passed (a filter calls :func:`count_unsupported` for each, and reports show the
+    #: count); None: every case of the target's strategy.
     cases: Callable[..., Any] | None = None
 
     def __call__(self, inputs: Inputs) -> Outputs:

@@ -16,6 +16,7 @@ pytest.importorskip("torch")
 from fuzzkit.engines.hypothesis import fuzz
 from fuzzkit.mutation import run_mutant
 from fuzzkit.registry import get_target
+from fuzzkit.target import UNSUPPORTED, Unsupported
 from targets.scute import checks, reference, strategies
 from targets.scute.adapters import peft_impl
 from targets.scute.adapters.peft_mutants import MUTANTS
@@ -65,7 +66,7 @@ def test_unsupported_cases_are_declared_not_passed() -> None:
     case["adapters"][0].update(block_size=4, factors=2, cayley="exact",
                                Q=np.asarray(u - np.swapaxes(u, -1, -2), np.float32))
     assert "butterfly factors" in (peft_impl.unsupported(case) or "")
-    with pytest.raises(peft_impl.Unsupported):
+    with pytest.raises(Unsupported):
         peft_impl.run(case)
     case["adapters"][0].update(Q=case["adapters"][0]["Q"][:1], factors=1, cayley="neumann")
     assert "Cayley-Neumann" in (peft_impl.unsupported(case) or "")
@@ -78,7 +79,7 @@ def test_registered_with_its_own_strategy() -> None:
     from hypothesis import HealthCheck, given, settings
 
     seen: list[Any] = []
-    before = sum(peft_impl.SKIPPED.values())
+    before = sum(UNSUPPORTED.values())
 
     @settings(max_examples=60, deadline=None, database=None,
               suppress_health_check=list(HealthCheck))
@@ -88,7 +89,7 @@ def test_registered_with_its_own_strategy() -> None:
 
     draw()
     assert seen and all(reason is None for reason in seen)
-    assert sum(peft_impl.SKIPPED.values()) > before  # the turned-away draws are counted
+    assert sum(UNSUPPORTED.values()) > before  # the turned-away draws are counted
 
 
 @pytest.mark.parametrize("mutant", MUTANTS, ids=lambda m: m.name)

@@ -297,6 +297,7 @@ def _emit_totals(job: ItemJob, result: Any) -> None:
         cases=result.cases,
         seconds=round(result.seconds, 3),
         known_hits=dict(getattr(result, "known_hits", {}) or {}),
+        unsupported=dict(getattr(result, "unsupported", {}) or {}),
         found_at=job.found_at,
         mutants=list(job.plan.mutants),
         coverage=coverage,

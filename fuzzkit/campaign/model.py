@@ -27,7 +27,8 @@ EVENT_TYPES = {
     "duplicate": "worker: a finding another worker of the run had claimed already",
     "other_signature": "worker: failures counted under a signature already found",
     "reach": "worker: operation counts and threshold crossings of an item",
-    "item_done": "worker: an item's totals (cases, seconds, known-signature hits, coverage)",
+    "item_done": "worker: an item's totals (cases, seconds, known-signature hits, "
+    "unsupported cases turned away, coverage)",
     "heartbeat": "worker: alive in a phase that runs no cases (shrinking, confirming, startup)",
     "worker_exit": "worker or coordinator: ok, error (with the error), died or killed",
     "worker_hung": "coordinator: a worker was silent too long and was killed",
@@ -72,6 +73,7 @@ class Event(TypedDict, total=False):
     operations: dict[str, Any]
     reach: list[dict[str, Any]]
     known_hits: dict[str, int]
+    unsupported: dict[str, int]
     found_at: dict[str, dict[str, float]]
     coverage: dict[str, Any] | None
     interrupted: bool

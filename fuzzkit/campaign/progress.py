@@ -281,6 +281,8 @@ def summary_table(rows: list[dict[str, Any]], skipped: Sequence[dict[str, Any]])
             )
         if row.get("known_hits"):
             verdict += f"\n[dim]known: {sum(row['known_hits'].values())} case(s) skipped[/]"
+        if row.get("unsupported_cases"):
+            verdict += f"\n[dim]unsupported: {row['unsupported_cases']} case(s) not run[/]"
         table.add_row(
             escape(row["target"]),
             escape(row["implementation"]),

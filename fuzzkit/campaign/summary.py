@@ -27,9 +27,12 @@ def summary_rows(state: RunState, stats: Stats) -> list[dict[str, Any]]:
         found = [_finding_entry(e) for e in by_item.get((t, spec), [])]
         done = stats.done.get((t, spec), [])
         known_hits: dict[str, int] = {}
+        unsupported: dict[str, int] = {}
         for event in done:
             for sig, n in (event.get("known_hits") or {}).items():
                 known_hits[sig] = known_hits.get(sig, 0) + int(n)
+            for reason, n in (event.get("unsupported") or {}).items():
+                unsupported[reason] = unsupported.get(reason, 0) + int(n)
         reach = stats.reach_of(t, spec)
         entry: dict[str, Any] = {
             "target": t,
@@ -42,6 +45,9 @@ def summary_rows(state: RunState, stats: Stats) -> list[dict[str, Any]]:
             "findings": found,
             "other_signatures": stats.other.get((t, spec), {}),
             "known_hits": known_hits,
+            # cases the implementation cannot express: turned away, never run nor passed
+            "unsupported_cases": sum(unsupported.values()),
+            "unsupported": unsupported,
             "operations": reach.get("operations", {}),
             "reach": reach.get("thresholds", []),
         }

@@ -36,7 +36,7 @@ from fuzzkit.case import Case, atomic_write_text
 from fuzzkit.engines.hypothesis import FuzzResult
 from fuzzkit.errors import UsageError
 from fuzzkit.isolation import load_target_modules, target_source_spec
-from fuzzkit.target import Implementation, Target
+from fuzzkit.target import UNSUPPORTED, Implementation, Target, count_unsupported
 
 MISSING = (
     "atheris is not installed (pip install 'fuzzkit[atheris]'; it needs CPython 3.8-3.11 on "
@@ -151,6 +151,9 @@ def _run(
     result.exit_code = proc.returncode
     stats = _read_json(Path(config["stats"])) or {}
     result.cases = int(stats.get("cases", 0))
+    unsupported = stats.get("unsupported")
+    if isinstance(unsupported, dict):
+        result.unsupported = {str(k): int(v) for k, v in unsupported.items() if isinstance(v, int)}
     seen = _lines(Path(config["results"]))
     for line in seen:
         _add_finding(result, line)
@@ -347,13 +350,25 @@ def _main(argv: list[str]) -> int:
             state["last_stats"] = now
             atomic_write_text(
                 Path(config["stats"]),
-                json.dumps({"cases": state["cases"], "hits": state["hits"], "elapsed": now - start})
+                json.dumps(
+                    {
+                        "cases": state["cases"],
+                        "hits": state["hits"],
+                        # this process's count: its own strategy's and the verdicts' turn-aways
+                        "unsupported": dict(UNSUPPORTED),
+                        "elapsed": now - start,
+                    }
+                )
                 + "\n",
             )
 
     def run_one(inputs: Any) -> None:
         state["cases"] += 1
         verdict = check(target, impl, inputs, properties=properties, timeout=timeout)
+        if verdict.unsupported is not None:  # not run: counted apart, never as a pass
+            state["cases"] -= 1
+            count_unsupported(verdict.unsupported)
+            return
         failure = verdict.failure
         if failure is not None:
             state["hits"][failure.signature] = state["hits"].get(failure.signature, 0) + 1

@@ -25,7 +25,7 @@ from hypothesis.errors import Flaky
 from fuzzkit.case import Case
 from fuzzkit.runner import Verdict, check_case
 from fuzzkit.shrink.hook import minimize
-from fuzzkit.target import Implementation, Inputs, Target
+from fuzzkit.target import UNSUPPORTED, Implementation, Inputs, Target, count_unsupported
 
 DEFAULT_DATABASE = Path(".fuzzkit") / "hypothesis"
 
@@ -75,6 +75,9 @@ class FuzzResult:
     operations: dict[str, Any] = dataclasses.field(default_factory=dict)
     #: Which threshold boundaries the generated cases reached (see :mod:`fuzzkit.reach`).
     reach: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    #: Cases the implementation cannot express, by reason: turned away by its own strategy or
+    #: raising :class:`~fuzzkit.target.Unsupported`; never counted in ``cases``.
+    unsupported: dict[str, int] = dataclasses.field(default_factory=dict)
 
     @property
     def cases_per_second(self) -> float:
@@ -159,6 +162,7 @@ def fuzz(
     if profile not in PROFILES:
         raise ValueError(f"unknown profile {profile!r}; choose from {sorted(PROFILES)}")
     result = FuzzResult(target.name, impl.name, seed)
+    unsupported_before = collections.Counter(UNSUPPORTED)
     options = dict(PROFILES[profile])
     if options["database"] == "default":
         # One directory per target and implementation: every chunk runs the same function, so
@@ -216,6 +220,10 @@ def fuzz(
         before = list(recent)
         recent.append(inputs)
         verdict = check(target, impl, inputs, properties=properties, timeout=case_timeout)
+        if verdict.unsupported is not None:
+            result.cases -= 1  # not run: counted apart, never as a pass
+            count_unsupported(verdict.unsupported)
+            return
         if steer is not None and not chase:
             hypothesis.target(steer(), label="new branches")
         failure = verdict.failure
@@ -367,6 +375,7 @@ def fuzz(
     result.known_hits = dict(known_hits)
     result.operations = operations.to_json() if operations.cases else {}
     result.reach = [c.to_json() for c in reached.crossings()] if reached is not None else []
+    result.unsupported = dict(collections.Counter(UNSUPPORTED) - unsupported_before)
     return result
 
 

@@ -27,29 +27,24 @@ BOFT with more than one butterfly factor (PEFT forces one factor unless its CUDA
 (PEFT's BOFT has only the exact Cayley map).  Nor is it judged where PEFT's float32 arithmetic
 leaves the slot-form bound for reasons of range, not bugs (:func:`_dora_gap`,
 :func:`_rotation_gap`).  The implementation's strategy never draws such a case (:func:`cases`),
-counting what it turns away in :data:`SKIPPED`; a saved case PEFT cannot build raises
-:class:`Unsupported` here -- a visible verdict, never a silent pass.  (Cases derived from a
+counting what it turns away (:func:`fuzzkit.target.count_unsupported`: reports show the count
+apart from the cases run); a saved case PEFT cannot build raises
+:class:`fuzzkit.target.Unsupported` here -- ``replay`` says it was not run, never a silent pass.  (Cases derived from a
 drawn one by the target's properties -- zero-initialised adapters, token subsets -- stay inside
 the declared range.)
 """
 
 from __future__ import annotations
 
-import collections
 import importlib.util
 import warnings
 from typing import Any, Mapping
 
 import numpy as np
 
-#: Cases the ``peft`` strategy turned away, by reason (never counted as cases run or passed).
-SKIPPED: collections.Counter[str] = collections.Counter()
+from fuzzkit.target import Unsupported, count_unsupported
 
 _ROUND = {"float32": None, "float16": "float16", "bfloat16": "bfloat16"}
-
-
-class Unsupported(ValueError):
-    """A case with an adapter PEFT cannot express (see :func:`unsupported`)."""
 
 
 def unavailable() -> str | None:
@@ -188,7 +183,7 @@ def unsupported(inputs: Mapping[str, Any]) -> str | None:
 def _admit(inputs: Mapping[str, Any]) -> bool:
     reason = unsupported(inputs)
     if reason is not None:
-        SKIPPED[reason.split(": ", 1)[1]] += 1
+        count_unsupported(f"peft: {reason.split(': ', 1)[1]}")
     return reason is None
 
 
@@ -214,7 +209,8 @@ def _rotations_in_range(case: dict[str, Any]) -> dict[str, Any]:
 def cases(thresholds: tuple = ()) -> Any:
     """The scute strategy narrowed to the cases PEFT can express: rotations scaled into PEFT's
     range (:func:`_rotations_in_range`), the rest of what it cannot express turned away --
-    counted in :data:`SKIPPED`, and by Hypothesis as invalid, never as run."""
+    counted by :func:`fuzzkit.target.count_unsupported`, and by Hypothesis as invalid, never as
+    run."""
     from targets.scute import strategies
 
     return strategies.inputs(thresholds).map(_rotations_in_range).filter(_admit)
@@ -342,7 +338,7 @@ def run(inputs: Mapping[str, Any]) -> dict[str, Any]:
 
     reason = inexpressible(inputs)
     if reason is not None:
-        raise Unsupported(f"peft cannot express this case: {reason}")
+        raise Unsupported(f"cannot express this case: {reason}")
     x = torch.as_tensor(np.asarray(inputs["x"], np.float32))
     w0 = np.asarray(inputs["w0"], np.float32)
     b0 = np.asarray(inputs["b0"], np.float32)
