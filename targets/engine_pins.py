@@ -1,12 +1,14 @@
 """The real engines fuzzkit's adapters drive, pinned by version and wheel hash.
 
 One place for the pins so that the vLLM KV-manager adapter and the vLLM kernel adapters load
-the same release, and ``.ci/run`` downloads exactly these files (``python -m
-targets.engine_pins`` prints the requirements).  Moving a pin means re-running each adapter's
+the same release, and ``.ci/run`` downloads exactly these files once into the cache
+(``python -m targets.engine_pins --fetch``; without ``--fetch`` it prints the requirements).  Moving a pin means re-running each adapter's
 clean campaign and mutant table (see the README section on real engines).
 """
 
 from __future__ import annotations
+
+import sys
 
 from fuzzkit.wheelsrc import PinnedWheel
 
@@ -22,5 +24,24 @@ SGLANG = PinnedWheel("sglang", "0.5.23", {
 
 PINS = (VLLM, SGLANG)
 
+
+def main(argv: list[str]) -> int:
+    """Print the pinned requirements; with ``--fetch``, download each into the cache (checked
+    against its pinned sha256) and print where it is.  Exit 2 with one line on failure."""
+    from fuzzkit import wheelsrc
+    from fuzzkit.errors import UsageError
+
+    for pin in PINS:
+        if "--fetch" not in argv:
+            print(pin.requirement)
+            continue
+        try:
+            print(f"{pin.requirement}: {wheelsrc.fetch(pin)}")
+        except UsageError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+    return 0
+
+
 if __name__ == "__main__":  # pragma: no cover - used by .ci/run
-    print("\n".join(pin.requirement for pin in PINS))
+    sys.exit(main(sys.argv[1:]))
