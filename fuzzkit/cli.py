@@ -44,6 +44,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--all", action="store_true", help="every registered target")
     p.add_argument("--impl", help="implementation name, or module:attr for an outside one")
     p.add_argument(
+        "--impl-option",
+        action="append",
+        default=[],
+        metavar="OPT[=VALUE]",
+        help="an option of the --impl implementation, the target's to define (repeatable; "
+        "the same as --impl 'NAME[OPT,...]'), e.g. paged_kv's guarded",
+    )
+    p.add_argument(
+        "--guarded",
+        action="store_true",
+        help="short for --impl-option guarded: run the implementation under its target's "
+        "guard (paged_kv: KVGuard; the manager must accept guard=)",
+    )
+    p.add_argument(
         "--budget",
         type=_positive_float,
         default=60.0,
@@ -351,6 +365,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UsageError("--memory-mb needs --isolate")
     if args.all and args.targets:
         raise UsageError("give target names or --all, not both")
+    options = [*args.impl_option, *(["guarded"] if args.guarded else [])]
+    if options:
+        if not args.impl:
+            raise UsageError(f"--impl-option/--guarded ({', '.join(options)}) needs --impl")
+        from fuzzkit.target import with_options
+
+        args.impl = with_options(args.impl, options)
     _require_writable_outputs(args)
     from fuzzkit.campaign import CampaignOptions, run_campaign
 

@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from fuzzkit.errors import UsageError
-from fuzzkit.target import Implementation, Target
+from fuzzkit.target import Implementation, Target, split_options
 
 #: A target as registered: the object, a factory, or an entry point's "module:attr" (kept as a
 #: string so that nothing is imported until the target is asked for).
@@ -195,10 +195,36 @@ def implementation_named_by_file(
 
 
 def resolve_implementation(target: Target, spec: str) -> Implementation:
-    """An implementation by registered name, or an outside one given as ``module:attr``."""
-    if ":" in spec:
-        obj = load_object(spec, what=f"--impl {spec}")
+    """An implementation by registered name, or an outside one given as ``module:attr``; either
+    may carry options, ``SPEC[opt,key=value]`` (:func:`fuzzkit.target.split_options`), which an
+    outside one gets as keywords of the target's ``adapt_external``."""
+    base, options = split_options(spec)
+    if ":" in base:
+        obj = load_object(base, what=f"--impl {base}")
         if target.adapt_external is not None:
-            return target.adapt_external(obj, spec)
+            if options and not _takes_options(target.adapt_external, options):
+                raise UsageError(
+                    f"--impl {spec}: target {target.name!r} does not take the "
+                    f"option(s) {', '.join(sorted(options))}"
+                )
+            return target.adapt_external(obj, spec, **options)
+        if options:
+            raise UsageError(
+                f"--impl {spec}: target {target.name!r} takes no options for an "
+                "outside implementation"
+            )
         return as_implementation(obj, spec)
     return target.implementation(spec)
+
+
+def _takes_options(adapt: Any, options: Mapping[str, Any]) -> bool:
+    """Whether ``adapt`` (a target's ``adapt_external``) accepts ``options`` as keywords."""
+    import inspect
+
+    try:
+        parameters = inspect.signature(adapt).parameters
+    except (TypeError, ValueError):
+        return False
+    if any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
+        return True
+    return all(name in parameters for name in options)

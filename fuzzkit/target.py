@@ -75,6 +75,39 @@ def _described_thresholds(declared: Any) -> list[dict[str, Any]]:
     ]
 
 
+def split_options(spec: str) -> tuple[str, dict[str, Any]]:
+    """``"NAME[opt,key=value]"`` -> ``("NAME", {"opt": True, "key": "value"})``.
+
+    Options travel inside the implementation spec (``--impl 'vllm[guarded]'``, or ``--impl
+    mod:Class`` with ``--impl-option guarded``), so that every place that resolves a spec -- the
+    plan, workers, isolated runs, replays of saved cases -- gets them without knowing what they
+    mean: the target gives them a meaning (:attr:`Implementation.options`, or its
+    ``adapt_external`` as keywords)."""
+    if not spec.endswith("]") or "[" not in spec:
+        return spec, {}
+    base, _, listed = spec[:-1].partition("[")
+    options: dict[str, Any] = {}
+    for item in (part.strip() for part in listed.split(",")):
+        key, eq, value = item.partition("=")
+        if not key.isidentifier():
+            from fuzzkit.errors import UsageError
+
+            raise UsageError(
+                f"implementation {spec!r}: bad option {item!r} (expected "
+                "NAME[option,key=value,...])"
+            )
+        options[key] = value if eq else True
+    return base, options
+
+
+def with_options(spec: str, options: Sequence[str]) -> str:
+    """``spec`` with ``options`` (``"opt"`` or ``"key=value"``) added to its own."""
+    if not options:
+        return spec
+    base, _, listed = spec[:-1].partition("[") if spec.endswith("]") else (spec, "", "")
+    return f"{base}[{','.join([*filter(None, listed.split(',')), *options])}]"
+
+
 def _accepts_keyword(fn: Any, name: str) -> bool:
     """Whether ``fn`` (or the function a :class:`lazy` names) takes a keyword ``name``."""
     import importlib
@@ -117,6 +150,11 @@ class Implementation:
     #: as passed (a filter calls :func:`count_unsupported` for each, and reports show the
     #: count); None: every case of the target's strategy.
     cases: Callable[..., Any] | None = None
+    #: How this implementation takes options (``--impl 'NAME[opt,key=value]'``, see
+    #: :func:`split_options`): called with the whole spec and the options as keywords, returns
+    #: the implementation so configured (raising ``UsageError`` for an option it does not
+    #: take); None: it takes none.
+    options: Callable[..., Implementation] | None = None
 
     def __call__(self, inputs: Inputs) -> Outputs:
         return self.fn(inputs)
@@ -256,16 +294,24 @@ class Target:
         return tuple(dict.fromkeys([*impl.sources, *self.sources]))
 
     def implementation(self, name: str) -> Implementation:
+        """A registered implementation by name; ``NAME[options]`` configures it (see
+        :func:`split_options`)."""
+        from fuzzkit.errors import UsageError
+
+        base, options = split_options(name)
         try:
-            return self.implementations[name]
+            impl = self.implementations[base]
         except KeyError:
             known = ", ".join(sorted(self.implementations)) or "none"
-            from fuzzkit.errors import UsageError
-
             raise UsageError(
-                f"target {self.name!r} has no implementation {name!r} (known: {known}); "
+                f"target {self.name!r} has no implementation {base!r} (known: {known}); "
                 "use --impl module:attr for an outside implementation"
             ) from None
+        if not options:
+            return impl
+        if impl.options is None:
+            raise UsageError(f"implementation {base!r} of target {self.name!r} takes no options")
+        return impl.options(name, **options)
 
     def mutant(self, name: str) -> Mutant:
         for m in self.mutants:

@@ -154,6 +154,21 @@ def extract(wheel: PinnedWheel, members: Iterable[str]) -> Path:
     return root
 
 
+def missing(wheel: PinnedWheel) -> str | None:
+    """One line saying how to get ``wheel`` when neither it nor sources extracted from it are in
+    the cache, else None.  Downloads nothing: asking whether an implementation is available
+    (``fuzzkit list``, ``run --all``) must not pull hundreds of megabytes as a side effect."""
+    root = cache_root()
+    if (root / "src" / f"{wheel.project}-{wheel.version}").is_dir():
+        return None
+    if any((root / "wheels" / name).is_file() for name in wheel.sha256):
+        return None
+    return (
+        f"the pinned {wheel.requirement} wheel is not in the cache; fetch it with `pip download "
+        f"--no-deps -d {root / 'wheels'} {wheel.requirement}` (or set FUZZKIT_CACHE)"
+    )
+
+
 def installed(package: str) -> bool:
     """Whether ``package`` is importable as installed (not loaded by :func:`load` here)."""
     module = sys.modules.get(package)

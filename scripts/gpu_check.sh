@@ -5,6 +5,10 @@
 # The paged-KV kernels are checked in every storage dtype, float64 included (float64 tl.dot and
 # float64 accumulation: tests/test_paged_kv_kernels.py, the Penelope exactness oracle), and their
 # benchmark checks its outputs at realistic shapes -- once in the default dtype, once in float64.
+# vLLM's own Punica LoRA kernels (tests/test_scute_vllm_punica.py, in the -m kernel list) run from
+# the pinned wheel's sources: carry $FUZZKIT_CACHE/src/vllm-0.33.0 (or the wheel) to the GPU machine.
+# So do vLLM's paged-attention and reshape-and-cache kernels (tests/test_paged_kv_vllm_kernels.py,
+# -m kernel; natively with IEEE float32 dots), from the same carried sources.
 #   scripts/gpu_check.sh            # uses python3 (or $PYTHON)
 #   scripts/gpu_check.sh --quick    # kernels + kernel benchmarks only, in under 8 minutes on a GPU
 #

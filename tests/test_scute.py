@@ -197,7 +197,7 @@ def test_localize_two_broken_slots_and_base() -> None:
 
 def test_target_registered_and_clean_on_torch() -> None:
     target = get_target("scute")
-    assert list(target.implementations) == ["triton", "torch", "peft"]
+    assert list(target.implementations) == ["triton", "torch", "peft", "vllm-punica"]
     assert target.localize is checks.localize
     assert {p.name for p in target.properties} == {
         "batch-invariance", "zero-init-is-base", "merged-equals-unmerged", "cayley-orthogonal"}

@@ -79,3 +79,15 @@ def test_download_failure_is_one_line(cache: Path, monkeypatch: pytest.MonkeyPat
     pin = wheelsrc.PinnedWheel("fkdemo", "1.0", {NAME: "0" * 64})
     with pytest.raises(UsageError, match=r"cannot get fkdemo==1.0 \(ERROR: network is unr"):
         wheelsrc.fetch(pin)
+
+
+def test_missing_says_how_to_fetch_and_downloads_nothing(cache: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    import subprocess
+
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: pytest.fail("downloaded"))
+    pin = wheelsrc.PinnedWheel("fkdemo", "1.0", {NAME: "0" * 64})
+    reason = wheelsrc.missing(pin)
+    assert reason is not None and "pip download --no-deps" in reason and "fkdemo==1.0" in reason
+    _wheel(cache / "wheels")
+    assert wheelsrc.missing(pin) is None

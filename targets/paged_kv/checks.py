@@ -11,7 +11,7 @@ from typing import Any, Optional
 
 import oracles
 from fuzzkit.failure import Failure
-from targets.paged_kv.protocol import EVICTIONS
+from targets.paged_kv.protocol import EVICTIONS, HASHINGS, WINDOW_MODES
 
 
 def oracle(inputs: dict[str, Any], expected: dict[str, Any], actual: dict[str, Any]) -> Optional[Failure]:
@@ -24,7 +24,7 @@ def oracle(inputs: dict[str, Any], expected: dict[str, Any], actual: dict[str, A
             f"invariant:paged_kv:reference:{ref_violation['check']}",
             ref_violation,
         )
-    if actual.get("unsupported"):  # an outside manager without this eviction policy
+    if actual.get("unsupported"):  # a direct call of a manager without this variant: not run
         return None
     violation = actual["violation"]
     steps = actual["steps"]
@@ -56,6 +56,12 @@ def validate(inputs: dict[str, Any]) -> Optional[str]:
         return "config sliding_window must be null or an integer >= 1"
     if config.get("eviction", "lru") not in EVICTIONS:
         return f"config eviction must be one of {', '.join(EVICTIONS)}"
+    if config.get("window_mode", "trim") not in WINDOW_MODES:
+        return f"config window_mode must be one of {', '.join(WINDOW_MODES)}"
+    if config.get("hashing", "publish") not in HASHINGS:
+        return f"config hashing must be one of {', '.join(HASHINGS)}"
+    if config.get("window_mode") == "eager" and config.get("eviction") == "penelope":
+        return "config window_mode eager is not defined with eviction penelope"
     if not isinstance(inputs.get("program"), list):
         return "program must be a list of operation records"
     return _validate_values(inputs.get("kv_values"))

@@ -15,6 +15,13 @@ reuses (the hashed entries of its new table) are a prefix plus one contiguous su
 usable blocks, and the positions it then computes are exactly the hole between them, in order,
 before anything after the suffix.  The first violation stops the program: what follows it is
 noise.
+
+Under allocate hashing (``Config.hashing == "allocate"``, see "Variants" in
+:mod:`.protocol`) a block is hashed, and can be hit, when it is scheduled, so the driver models
+the engine's step: a ``write`` or ``forward`` first writes every request's scheduled tokens (the
+whole batch), then reads; and a request released (``finish``, ``preempt``) with scheduled tokens
+has them written first (its step is in flight).  A hit on a block that no step writes is still
+a read of unwritten KV.
 """
 
 from __future__ import annotations
@@ -135,6 +142,9 @@ class Driver:
         self.requests: dict[int, _Shadow] = {}
         self.inspectable = callable(getattr(manager, "inspect", None))
         self.checks_refills = self.inspectable and config.eviction == "penelope"
+        # hashing "allocate": blocks are hashed when scheduled, so a step's batch writes every
+        # scheduled token before any read (see :meth:`write`)
+        self.step_writes = config.hashing == "allocate"
 
     # ------------------------------------------------------------------ operations
 
@@ -171,13 +181,21 @@ class Driver:
                 self.memory[dst * self.b + s] = self.memory[src * self.b + s]
 
     def write(self, rid: int) -> Any:
-        """The forward pass: write the scheduled tokens' KV, read what attention reads."""
+        """The forward pass: write the scheduled tokens' KV, read what attention reads.
+
+        Under hashing "allocate" a block is hashed -- and can be hit -- when it is scheduled, so
+        the step is modelled as the engine runs it: every request's scheduled tokens are written
+        (the whole batch) before this request's queries read.  Another request's tokens written
+        here stay pending for its own ``write`` (which writes the same stamps again)."""
         shadow = self.requests.get(rid)
         if shadow is None:
             return self.manager.commit(rid)
         table = list(self.manager.block_table(rid))
-        for position in shadow.pending:
-            self.memory[self._slot(table, position, rid, "write")] = shadow.stamp(position)
+        if self.step_writes:
+            for other in self._pending_rids():
+                self._store(other, self.requests[other])
+        else:
+            self._store(rid, shadow, table)
         for query in shadow.pending:
             for key in self._window(query):
                 slot = self._slot(table, key, rid, "read")
@@ -189,6 +207,21 @@ class Driver:
         if shadow.refill is not None and shadow.refill.next == shadow.refill.hole_end:
             shadow.refill.written = True
         return self.manager.commit(rid)
+
+    def _store(self, rid: int, shadow: _Shadow, table: Optional[list[int]] = None) -> None:
+        """Write the KV of ``rid``'s scheduled tokens through its block table."""
+        if table is None:
+            table = list(self.manager.block_table(rid))
+        for position in shadow.pending:
+            self.memory[self._slot(table, position, rid, "write")] = shadow.stamp(position)
+
+    def _land_in_flight(self, rid: int) -> None:
+        """Hashing "allocate": a request released with scheduled tokens still has its step in
+        flight; that step's KV is written before the blocks go back (vLLM frees them only after
+        the step completes), so its blocks hashed at allocation hold what their hash says."""
+        shadow = self.requests.get(rid)
+        if self.step_writes and shadow is not None and shadow.pending:
+            self._store(rid, shadow)
 
     def forward(self) -> Any:
         """One forward pass over every request with scheduled tokens, in request-id order."""
@@ -214,6 +247,7 @@ class Driver:
         return result
 
     def preempt(self, rid: int) -> Any:
+        self._land_in_flight(rid)
         result = self.manager.preempt(rid)
         if result and rid in self.requests:
             self.requests[rid].pending = []
@@ -224,6 +258,7 @@ class Driver:
         return self.manager.trim(rid)
 
     def finish(self, rid: int) -> Any:
+        self._land_in_flight(rid)
         result = self.manager.finish(rid)
         if result:
             self.requests.pop(rid, None)
@@ -277,8 +312,12 @@ class Driver:
         blocks have none) and where it starts computing; return the refill if it has a hole."""
         state = checked_inspection(self.manager.inspect())
         table = state["tables"].get(rid, [])
+        start, end = allocation.computed, allocation.computed + allocation.scheduled
+        written = range(0)  # allocate hashing: blocks this step fills are hashed, not reused
+        if self.step_writes:
+            written = range(-(-start // self.b), end // self.b)
         reused = [i for i, block in enumerate(table)
-                  if block and state["block_hash"].get(block) is not None]
+                  if block and state["block_hash"].get(block) is not None and i not in written]
         usable = max(0, (len(shadow.tokens) - 1) // self.b)
         prefix = next((k for k, i in enumerate(reused) if i != k), len(reused))
         suffix = reused[prefix:]
@@ -377,12 +416,14 @@ OPS = ("add", "allocate", "write", "forward", "publish", "append", "fork", "pree
 
 
 def run_program(manager_factory: Callable[..., Any], inputs: dict[str, Any], *,
-                guarded: bool = False) -> dict[str, Any]:
+                guarded: bool = False,
+                kernel_driver: Callable[..., Any] | None = None) -> dict[str, Any]:
     """``inputs -> {"steps": [...], "violation": None | {...}}`` for one manager class.
 
     ``guarded``: the manager gets a :class:`~oracles.kvguard.KVGuard` (it must accept
     ``guard=``) and every forward pass runs the guarded Triton kernels
-    (:class:`~targets.paged_kv.kernel_driver.KernelDriver`).
+    (:class:`~targets.paged_kv.kernel_driver.KernelDriver`, or ``kernel_driver``: a subclass
+    whose forward passes launch another engine's kernels).
     """
     from oracles.kvguard import GuardViolation, KVGuard
 
@@ -393,8 +434,8 @@ def run_program(manager_factory: Callable[..., Any], inputs: dict[str, Any], *,
 
         guard = KVGuard(config.num_blocks, config.block_size,
                         sliding_window=config.sliding_window)
-        driver: Driver = KernelDriver(manager_factory(config, guard=guard), config, guard,
-                                      inputs.get("kv_values"))
+        driver: Driver = (kernel_driver or KernelDriver)(
+            manager_factory(config, guard=guard), config, guard, inputs.get("kv_values"))
     else:
         driver = Driver(manager_factory(config), config)
     steps: list[dict[str, Any]] = []

@@ -181,9 +181,7 @@ class KernelDriver(Driver):
         through the write kernel (a later request may hit any of them); the attention kernel
         runs for the requests the guard's device shadow has rows for (ids below
         ``MAX_REQUESTS``), whose outputs are checked against the float64 reference."""
-        from targets.paged_kv import kernels
-
-        torch, guard = self.torch, self.guard
+        guard = self.guard
         batch = []
         for rid in rids:
             shadow = self.requests[rid]
@@ -200,44 +198,66 @@ class KernelDriver(Driver):
                 for p, slot in zip(positions, slots)]
         keys = np.concatenate([self._vectors(s, "k", ps, KV_HEADS) for _, s, ps, _, _ in batch])
         vals = np.concatenate([self._vectors(s, "v", ps, KV_HEADS) for _, s, ps, _, _ in batch])
-        tiles = launch_tiles(max(len(ps) for _, _, ps, _, _ in batch))
-        kernels.write_kv_guarded(
-            self._tensor(keys, torch.float32), self._tensor(vals, torch.float32),
-            self.key_cache, self.value_cache,
-            self._tensor([slot for _, _, slot in flat], torch.int64),
-            token_request=self._tensor([rid for rid, _, _ in flat], torch.int32),
-            token_pos=self._tensor([p for _, p, _ in flat], torch.int32), shadow=device,
-            block_t=tiles["block_t"], block_e=tiles["block_e"])
+        self.launch_write(keys, vals, flat, device, max(len(ps) for _, _, ps, _, _ in batch))
         readers = [entry for entry in batch if entry[0] < MAX_REQUESTS]
         if readers:
             self._attention(readers, device)  # collects the write and read records
         else:
             guard.collect_device()
 
-    def _attention(self, batch: list[Any], device: Any) -> None:
-        """Paged attention for ``batch`` (one launch, a mixed batch), then each request's
-        output against the float64 reference under the derived bound."""
+    def launch_write(self, keys: np.ndarray, values: np.ndarray,
+                     tokens: list[tuple[int, int, int]], device: Any, max_query_len: int) -> None:
+        """The write (reshape-and-cache) launch of one forward pass: ``keys[i]``, ``values[i]``
+        of token ``tokens[i] = (request, position, slot)``; here fuzzkit's guarded kernel.  An
+        engine's kernels plug in by overriding this and :meth:`launch_attention`."""
         from targets.paged_kv import kernels
-        from targets.paged_kv.attention_reference import check as check_attention
 
         torch = self.torch
-        max_query_len = max(len(ps) for _, _, ps, _, _ in batch)
         tiles = launch_tiles(max_query_len)
-        queries = np.concatenate([self._vectors(s, "q", ps, HEADS) for _, s, ps, _, _ in batch])
-        width = max(1, max(len(t) for *_, t in batch))
-        tables = [list(t) + [0] * (width - len(t)) for *_, t in batch]
-        starts = np.cumsum([0] + [len(ps) for _, _, ps, _, _ in batch])
+        kernels.write_kv_guarded(
+            self._tensor(keys, torch.float32), self._tensor(values, torch.float32),
+            self.key_cache, self.value_cache,
+            self._tensor([slot for _, _, slot in tokens], torch.int64),
+            token_request=self._tensor([rid for rid, _, _ in tokens], torch.int32),
+            token_pos=self._tensor([p for _, p, _ in tokens], torch.int32), shadow=device,
+            block_t=tiles["block_t"], block_e=tiles["block_e"])
+
+    def launch_attention(self, queries: np.ndarray, tables: list[list[int]],
+                         seq_lens: list[int], query_start_loc: Sequence[int],
+                         request_ids: list[int], device: Any, max_query_len: int) -> np.ndarray:
+        """The paged-attention launch of one forward pass (a mixed batch: request ``i`` owns
+        query rows ``query_start_loc[i] : query_start_loc[i + 1]``, the last ones of its
+        ``seq_lens[i]`` tokens); returns the output ``[T, HEADS, HEAD_DIM]``.  Here fuzzkit's
+        guarded kernel; the caller collects the device records afterwards."""
+        from targets.paged_kv import kernels
+
+        torch = self.torch
+        tiles = launch_tiles(max_query_len)
         out = torch.zeros((len(queries), HEADS, HEAD_DIM), dtype=torch.float32,
                           device=self.device)
         kernels.paged_attention_guarded(
             self._tensor(queries, torch.float32), self.key_cache, self.value_cache,
-            self._tensor(tables, torch.int32),
-            self._tensor([ps[-1] + 1 for _, _, ps, _, _ in batch], torch.int32),
-            self._tensor(starts, torch.int32), out, sliding_window=self.config.sliding_window,
-            request_ids=self._tensor([rid for rid, *_ in batch], torch.int32), shadow=device,
+            self._tensor(tables, torch.int32), self._tensor(seq_lens, torch.int32),
+            self._tensor(query_start_loc, torch.int32), out,
+            sliding_window=self.config.sliding_window,
+            request_ids=self._tensor(request_ids, torch.int32), shadow=device,
             max_query_len=max_query_len, block_m=tiles["block_m"], block_n=tiles["block_n"])
+        return out.cpu().numpy()
+
+    def _attention(self, batch: list[Any], device: Any) -> None:
+        """Paged attention for ``batch`` (one launch, a mixed batch), then each request's
+        output against the float64 reference under the derived bound."""
+        from targets.paged_kv.attention_reference import check as check_attention
+
+        max_query_len = max(len(ps) for _, _, ps, _, _ in batch)
+        queries = np.concatenate([self._vectors(s, "q", ps, HEADS) for _, s, ps, _, _ in batch])
+        width = max(1, max(len(t) for *_, t in batch))
+        tables = [list(t) + [0] * (width - len(t)) for *_, t in batch]
+        starts = np.cumsum([0] + [len(ps) for _, _, ps, _, _ in batch])
+        result = self.launch_attention(queries, tables, [ps[-1] + 1 for _, _, ps, _, _ in batch],
+                                       [int(s) for s in starts], [rid for rid, *_ in batch],
+                                       device, max_query_len)
         self.guard.collect_device()
-        result = out.cpu().numpy()
         for (rid, shadow, positions, _, _), start in zip(batch, starts):
             context = range(positions[-1] + 1)
             failure = check_attention(queries[start:start + len(positions)],

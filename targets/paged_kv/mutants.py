@@ -15,8 +15,9 @@ policy whose violation has no single upstream number in that list (free order, f
 over-commit, reset while in use, copy-on-write after fork); their citation says which code they
 model instead.  Not modelled: vLLM #45357 (blocks freed while an in-flight step still writes) --
 the driver treats ``preempt``/``finish`` as cancelling the in-flight step (its pending writes are
-dropped), so freeing at that point is correct under the protocol and a deferred-free bug has no
-observable effect; its sibling, freeing on the *scheduled* count, is #47728 below.
+dropped; under allocate hashing they land first), so freeing at that point is correct under the
+protocol and a deferred-free bug has no observable effect; its sibling, freeing on the
+*scheduled* count, is #47728 below.
 
 Seven mutants break the eviction policies (``Config.eviction`` "penelope" and "session"; the
 rules are in :mod:`targets.paged_kv.protocol`).  Those policies come from papers, not from an
@@ -25,6 +26,10 @@ Penelope / whole-session eviction) and the engine code the mistake is borrowed f
 
 ``tests/test_paged_kv_mutants.py`` holds, for every mutant, a minimal program on which the
 reference and the clean manager agree and the mutated manager fails the oracle.
+
+:data:`VARIANT_MUTANTS` break the contract's variants (``Config.window_mode`` "eager",
+``Config.hashing`` "allocate": vLLM's own sliding-window manager and allocation-time hashing);
+``tests/test_paged_kv_capabilities.py`` holds their programs.
 """
 
 from __future__ import annotations
@@ -61,6 +66,7 @@ _ADMIT = M._admit
 _FORM_RELEASE_GROUP = M._form_release_group
 _RELEASE_BLOCKS = M._release_blocks
 _FORK = M.fork
+_REMOVE_SKIPPED_BLOCKS = M._remove_skipped_blocks
 
 
 def _side(manager: OptimizedManager, name: str) -> dict[Any, Any]:
@@ -600,6 +606,80 @@ def _block_hash_uint16_tokens(self: OptimizedManager, req: _Request, index: int)
 # ============================================================================ the list
 
 
+# ============================================================================ variants
+
+
+def _remove_skipped_deferred(self: OptimizedManager, req: _Request) -> None:
+    """Eager window: the out-of-window blocks are freed only once the allocation succeeded
+    (see ``_allocate_then_remove_skipped``); this step only remembers the request."""
+    self.__dict__["_deferred_removal"] = req
+
+
+def _allocate_then_remove_skipped(self: OptimizedManager, rid: int,
+                                  num_tokens: int) -> Optional[Allocation]:
+    """``remove_skipped_blocks`` moved after ``get_num_blocks_to_allocate``: the fit check
+    does not count the blocks leaving the window, so an allocation the freed blocks would have
+    made fit is refused (and nothing leaves the window while it keeps failing -- the admission
+    deadlock vLLM's ``allocate_slots`` comments guard against, #39734)."""
+    result = _ALLOCATE(self, rid, num_tokens)
+    req = self.__dict__.pop("_deferred_removal", None)
+    if result is not None and req is not None:
+        _REMOVE_SKIPPED_BLOCKS(self, req)
+    return result
+
+
+def _remove_skipped_on_scheduled(self: OptimizedManager, req: _Request) -> None:
+    """Eager window freed on the *scheduled* count (``computed + pending``), not on the
+    processed one: a second allocation before the step is written frees blocks the step's
+    queries still read (vLLM ``allocate_slots``: "Free on the processed-token basis: in-flight
+    steps' attention windows still read blocks below the optimistic boundary"; #47728)."""
+    assert self.sliding_window is not None
+    first_needed = req.computed + req.pending - self.sliding_window + 1
+    stop = min(max(0, first_needed // self.block_size), self._table_len(req))
+    removed: list[KVCacheBlock] = []
+    for index in range(stop - 1, -1, -1):
+        block_id = self._table_entry(req, index)
+        if block_id == 0:
+            break
+        removed.append(self.blocks[block_id])
+        self._set_table_entry(req, index, 0)
+    removed.reverse()
+    self._release_blocks(removed)
+
+
+def _find_window_hits_skipping(self: OptimizedManager, req: _Request) -> list[KVCacheBlock]:
+    """The sliding-window hit scan made to skip on a miss: after a missing block the scan jumps
+    a whole window (``need`` blocks) to the left instead of one, so a run of ``need`` cached
+    blocks that starts just left of the miss is never seen and the hit is lost (the skip-scan
+    optimisation of ``find_longest_cache_hit``, vLLM PR #47556, done one block too far)."""
+    assert self.sliding_window is not None
+    need = -(-(self.sliding_window - 1) // self.block_size)
+    run, index = 0, self._max_hit_blocks(req) - 1
+    while index >= 0:
+        if self._cached_block(self._block_hash(req, index)) is None:
+            run = 0
+            index -= max(1, need)
+            continue
+        run += 1
+        if need and run >= need:
+            blocks = [self._cached_block(self._block_hash(req, j))
+                      for j in range(index, index + need)]
+            return [self.null_block] * index + blocks  # type: ignore[list-item]
+        index -= 1
+    if index < -1:  # the scan jumped past block 0: no prefix run is known
+        run = 0
+    return [self._cached_block(self._block_hash(req, j)) for j in range(run)]  # type: ignore[misc]
+
+
+def _hash_blocks_of_the_prompt(self: OptimizedManager, req: _Request, scheduled_end: int) -> None:
+    """Allocation-time hashing capped at the request's length instead of the scheduled tokens:
+    with a chunked prefill the table's last block is full *of tokens* but not of written KV,
+    and it is cached anyway; a request hitting it in a later step reads KV no step wrote
+    (vLLM PR #18668: only tokens the step makes final may be cached)."""
+    stop = min(len(req.tokens) // self.block_size, self._table_len(req))
+    self._hash_range(req, min(req.num_cached_blocks, stop), stop)
+
+
 def _mutant(name: str, bug_class: str, citation: str, **replacements: Any) -> Mutant:
     return Mutant(name, "optimized", bug_class, citation, patch(M, **replacements))
 
@@ -781,6 +861,29 @@ MUTANTS: list[Mutant] = [
             "vLLM v1 KVCacheManager.reset_prefix_cache (refuses while blocks are used; "
             "docs/COMPONENTS.md §1 policy)",
             _can_reset_prefix_cache=_can_reset_between_steps),
+]
+
+
+#: Mutants of the variants (eager windows, allocation-time hashing), on the optimized manager.
+VARIANT_MUTANTS: list[Mutant] = [
+    _mutant("eager-frees-after-fit-check",
+            "sliding-window blocks freed after the fit check (refused allocation frees nothing)",
+            "vLLM v1 KVCacheManager.allocate_slots (remove_skipped_blocks before "
+            "get_num_blocks_to_allocate; the #39734 admission deadlock)",
+            _remove_skipped_blocks=_remove_skipped_deferred,
+            allocate=_allocate_then_remove_skipped),
+    _mutant("eager-frees-in-flight-window",
+            "sliding-window blocks freed on the scheduled count while a step is in flight",
+            "vLLM #47728; vLLM v1 allocate_slots (free on the processed-token basis)",
+            _remove_skipped_blocks=_remove_skipped_on_scheduled),
+    _mutant("window-scan-skips-past-miss",
+            "sliding-window hit scan skips a whole window on a miss and loses a hit",
+            "vLLM PR #47556 (skip-scan of SlidingWindowManager.find_longest_cache_hit)",
+            _find_window_hits=_find_window_hits_skipping),
+    _mutant("allocate-hashes-unwritten-blocks",
+            "allocation-time hashing caches blocks the step does not write",
+            "vLLM PR #18668 (cache only the tokens a step makes final)",
+            _hash_scheduled_blocks=_hash_blocks_of_the_prompt),
 ]
 
 

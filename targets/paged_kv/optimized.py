@@ -35,6 +35,15 @@ and ``_evict_release_group`` (session: the rest of an evicted block's release go
 Blocks carry their owner (the request id they were handed out to), a *shared* flag and their
 session release group; each release group is a dict of its blocks still cached in the free
 queue, in queue order, so evicting a session costs its own size.
+
+Variants
+--------
+``Config.window_mode`` "eager" (vLLM's ``SlidingWindowManager``) adds two steps:
+``_remove_skipped_blocks`` (every allocation first frees the out-of-window blocks, before its
+fit check) and ``_find_window_hits`` (the last run of ``ceil((w - 1) / b)`` cached blocks,
+behind null entries).  ``Config.hashing`` "allocate" (vLLM's ``allocate_slots`` ->
+``cache_blocks``) hashes in ``_hash_scheduled_blocks`` the blocks an allocation fills, from the
+request's ``num_cached_blocks`` watermark; ``publish`` is then a no-op.
 """
 
 from __future__ import annotations
@@ -47,7 +56,7 @@ from fuzzkit.reach import Threshold
 from targets.paged_kv import hashing
 from targets.paged_kv.hashing import BlockHash, ExtraKeys
 from oracles.kvguard import NULL_GUARD
-from targets.paged_kv.protocol import EVICTIONS, Allocation, Config
+from targets.paged_kv.protocol import ALL_CAPABILITIES, EVICTIONS, Allocation, Config
 
 __all__ = ["KVCacheBlock", "FreeKVCacheBlockQueue", "OptimizedManager", "thresholds"]
 
@@ -175,6 +184,7 @@ class _Request:
 class OptimizedManager:
     """vLLM-v1-style manager implementing ``KVCacheManager`` and ``InspectableManager``."""
 
+    capabilities = ALL_CAPABILITIES
     eviction_policies = EVICTIONS
     INITIAL_ROWS = 8
     INITIAL_BLOCKS_PER_ROW = 8
@@ -190,6 +200,8 @@ class OptimizedManager:
         self.block_size = config.block_size
         self.sliding_window = config.sliding_window
         self.eviction = config.eviction
+        self.eager = config.eager
+        self.hashing = config.hashing
         self.blocks = [KVCacheBlock(i) for i in range(self.num_blocks)]
         self.null_block = self.blocks[0]
         self.free_queue = FreeKVCacheBlockQueue(self.blocks[1:])
@@ -230,6 +242,8 @@ class OptimizedManager:
         if req is None:
             return None
         self._actor = rid
+        if self.eager:  # before the lookup's pins and the fit check: even if it does not fit
+            self._remove_skipped_blocks(req)
         admitting = self._holds_no_blocks(req)
         hits = self._find_hits(req) if admitting else []
         suffix_start, suffix = self._find_suffix(req, len(hits)) if admitting else (0, [])
@@ -244,7 +258,7 @@ class OptimizedManager:
         num_new = self._num_new_blocks(computed + req.pending + scheduled, held)
         cow_index = None if admitting else self._shared_write_index(req, scheduled)
         num_taken = hole + num_new + (0 if cow_index is None else 1)
-        if not self._fits([*hits, *suffix], num_taken):
+        if not self._fits([b for b in (*hits, *suffix) if b is not self.null_block], num_taken):
             return None
         if admitting:
             self._admit(req, hits, hole, suffix)
@@ -257,6 +271,8 @@ class OptimizedManager:
         self.guard.on_step_end(rid)
         start = req.computed + req.pending
         req.pending += scheduled
+        if self.hashing == "allocate":
+            self._hash_scheduled_blocks(req, start + scheduled)
         # ``computed`` is the first position scheduled now (computed + still-pending tokens):
         # the driver writes positions ``computed .. computed + scheduled - 1``.
         return Allocation(computed=start, scheduled=scheduled, copies=tuple(copies))
@@ -272,8 +288,17 @@ class OptimizedManager:
         req = self.requests.get(rid)
         if req is None:
             return None
+        if self.hashing == "allocate":  # allocations hash; publish does nothing
+            return 0
+        return self._hash_range(req, *self._publishable_range(req))
+
+    def _hash_range(self, req: _Request, start: int, stop: int) -> int:
+        """Hash the non-null, unhashed blocks at logical indices ``start .. stop - 1`` and move
+        the request's watermark to ``stop``; return how many were hashed.  An eager window of
+        1 hashes nothing (vLLM's ``reachable_block_mask``: no hit could use such a block)."""
+        if self.eager and self.sliding_window == 1:
+            return 0
         count = 0
-        start, stop = self._publishable_range(req)
         for index in range(start, stop):
             block = self.blocks[self._table_entry(req, index)]
             if block is not self.null_block and block.block_hash is None:
@@ -281,6 +306,13 @@ class OptimizedManager:
                 count += 1
         req.num_cached_blocks = max(req.num_cached_blocks, stop)
         return count
+
+    def _hash_scheduled_blocks(self, req: _Request, scheduled_end: int) -> None:
+        """Hashing "allocate": hash every block that is full once the scheduled tokens
+        (``.. scheduled_end - 1``) are written, from the watermark.  Patch the stop to count
+        the request's whole length for hashing blocks no step writes (a hit reads garbage)."""
+        stop = min(min(scheduled_end, len(req.tokens)) // self.block_size, self._table_len(req))
+        self._hash_range(req, min(req.num_cached_blocks, stop), stop)
 
     def append(self, rid: int, tokens: Sequence[int]) -> Optional[int]:
         req = self.requests.get(rid)
@@ -413,7 +445,10 @@ class OptimizedManager:
 
     def _find_hits(self, req: _Request) -> list[KVCacheBlock]:
         """Walk the request's full blocks in order, stop at the first uncached hash.  Pure: pins
-        nothing (``add_request``'s lookup and ``allocate``'s planning both use it)."""
+        nothing (``add_request``'s lookup and ``allocate``'s planning both use it).  Under an
+        eager window: :meth:`_find_window_hits`."""
+        if self.eager:
+            return self._find_window_hits(req)
         hits: list[KVCacheBlock] = []
         for index in range(self._max_hit_blocks(req)):
             block = self._cached_block(self._block_hash(req, index))
@@ -421,6 +456,27 @@ class OptimizedManager:
                 break
             hits.append(block)
         return hits
+
+    def _find_window_hits(self, req: _Request) -> list[KVCacheBlock]:
+        """Eager window (vLLM ``SlidingWindowManager.find_longest_cache_hit``): scan the usable
+        blocks right to left for ``need = ceil((w - 1) / b)`` contiguous cached ones; the first
+        such run ``i .. i+need-1`` is the hit, behind ``i`` null entries.  Without one, the
+        cached run from block 0.  Pure.  Patch to the plain prefix walk for a window lookup
+        that never finds a hit whose head was freed."""
+        assert self.sliding_window is not None
+        need = -(-(self.sliding_window - 1) // self.block_size)
+        run = 0
+        for index in range(self._max_hit_blocks(req) - 1, -1, -1):
+            if self._cached_block(self._block_hash(req, index)) is None:
+                run = 0
+                continue
+            run += 1
+            if need and run >= need:
+                blocks = [self._cached_block(self._block_hash(req, j))
+                          for j in range(index, index + need)]
+                return [self.null_block] * index + blocks  # type: ignore[list-item]
+        hits = [self._cached_block(self._block_hash(req, j)) for j in range(run)]
+        return hits  # type: ignore[return-value]
 
     def _find_suffix(self, req: _Request, start: int) -> tuple[int, list[KVCacheBlock]]:
         """Penelope: ``(first index, blocks)`` of the run of cached blocks ending at the last
@@ -519,8 +575,9 @@ class OptimizedManager:
         table in logical order -- prefix, ``hole`` new blocks, suffix -- and start computing
         after the prefix (at the hole).  Patch to append the hole after the suffix (an
         append-only block table) for the hole-at-the-suffix's-position bug."""
-        self.guard.on_hits(req.rid, [block.block_id for block in (*hits, *suffix)])
-        self._pin([*hits, *suffix])
+        pinned = [block for block in (*hits, *suffix) if block is not self.null_block]
+        self.guard.on_hits(req.rid, [block.block_id for block in pinned])
+        self._pin(pinned)
         self._append_table(req, [block.block_id for block in hits])
         self._allocate_new_blocks(req, hole)
         self._append_table(req, [block.block_id for block in suffix])
@@ -712,6 +769,13 @@ class OptimizedManager:
             self._set_table_entry(req, index, 0)
         removed.reverse()
         return removed
+
+    def _remove_skipped_blocks(self, req: _Request) -> None:
+        """Eager window: at the start of every allocation, free the blocks ``trim`` would
+        (vLLM ``allocate_slots`` -> ``remove_skipped_blocks`` on the processed-token count,
+        before ``get_num_blocks_to_allocate``).  Patch to count pending tokens for freeing
+        blocks an in-flight step still reads (#47728)."""
+        self._release_blocks(self._remove_out_of_window(req))
 
     def _share_blocks(self, src: _Request, dst: _Request) -> None:
         """Fork: ``dst``'s table becomes a copy of ``src``'s; each shared (non-null) block takes

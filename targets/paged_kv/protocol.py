@@ -92,9 +92,63 @@ same id does not make its own history shared.
   exactly the hole, at their original positions.  While a refill is open ``fork`` from the
   request is refused, and trimming uses ``computed`` (the refill's progress).
 
-A manager class declares the policies it implements in a class attribute ``eviction_policies``
-(a tuple of names); one without it implements "lru" only, and fuzzkit passes its cases of other
-policies without running them (see :func:`supports`).  It may also declare ``thresholds``
+Variants (``Config.window_mode``, ``Config.hashing``)
+-----------------------------------------------------
+Real managers differ from the rules above in two places; each difference is a variant of the
+contract, chosen per case, and every other rule (eviction, copy-on-write, fork...) holds as
+stated.
+
+* **Window "trim"** (the default): the explicit ``trim(rid)`` above; nothing else frees an
+  out-of-window block.
+* **Window "eager"** (vLLM v1's ``SlidingWindowManager``; only meaningful with a sliding window
+  ``w``; not defined with "penelope", which ``validate`` refuses):
+
+  - *Eager removal*: every ``allocate(rid, n)`` of a known request first frees exactly the
+    blocks ``trim(rid)`` would free (entries wholly below ``computed - w + 1``, ``computed``
+    the *written* tokens, pending ones excluded; replaced by the null block; released tail
+    first) -- before the lookup's pins and before the fit check, so it happens even when the
+    allocation then does not fit and returns None (``allocate_slots`` calls
+    ``remove_skipped_blocks`` first).
+  - *Lookup*: a hit needs ``c = ceil((w - 1) / b)`` contiguous cached blocks (the keys the
+    next query reads).  Scanning the usable blocks ``u - 1, u - 2, .. 0`` (``u = (len(tokens) -
+    1) // b``), the first run of ``c`` cached blocks found, ``i .. i+c-1``, is the hit: the
+    lookup reports ``(i + c) * b`` tokens and the admission's table starts with ``i`` null
+    entries (out of the window, never pinned) followed by the ``c`` pinned hits.  Without such
+    a run the hit is the run of cached blocks from block 0 (shorter than ``c``), as in the
+    plain lookup.  (``find_longest_cache_hit``.)
+  - *A window of 1 caches nothing*: with ``w == 1`` no block is ever hashed (``publish`` and
+    allocate hashing hash nothing and return / count 0), since no hit could use it (vLLM's
+    ``reachable_block_mask`` masks every block).
+  - ``trim`` keeps its meaning; strategies do not generate it in this mode.
+
+* **Hashing "publish"** (the default): full computed blocks are hashed on ``publish``.
+* **Hashing "allocate"** (vLLM's default: ``allocate_slots`` caches blocks): a successful
+  ``allocate`` (not one returning None) ends by hashing, in increasing index, every non-null
+  table entry ``i`` without a hash whose block is full once the scheduled tokens are written:
+  ``(i + 1) * b <= computed + pending`` counted *after* this allocation (never past
+  ``len(tokens)``).  The hash and cache rules are the publish rules.  ``publish`` is a no-op
+  returning 0 (strategies do not generate it in this mode).  A block can thus be hit before
+  its KV is written; that is legal because the engine writes a whole step before attention
+  reads it.  The driver models that step (:mod:`targets.paged_kv.driver`): under "allocate",
+  each ``write``/``forward`` first writes the KV of *every* request's scheduled tokens, then
+  reads; and ``finish``/``preempt`` of a request with scheduled, unwritten tokens first writes
+  them (its step is in flight: vLLM returns such a request's blocks to the pool only after the
+  step completes, ``deferred_frees``), so a block hashed at allocation is never left cached
+  without its KV.  A hit on a block that no step will write (hashed past the scheduled tokens)
+  is still a read of unwritten KV, caught by the semantic check.
+
+Capabilities
+------------
+A manager class declares what it implements in a class attribute ``capabilities =
+Capabilities(...)`` (see :class:`Capabilities`): eviction policies, fork, window modes, hashing
+modes, extra keys, reset.  fuzzkit then draws only cases within them for it, and a case outside
+them (a saved case, a replay) is *not run*: the implementation raises
+:class:`fuzzkit.target.Unsupported` and the engines count it as skipped, never as passed.  A
+class written before capabilities existed may declare only ``eviction_policies`` (a tuple of
+names); one with neither implements the defaults ("lru", fork, "trim", "publish", both extra
+keys, reset).  See :func:`capabilities_of` and :func:`unsupported`.
+
+A manager class may also declare ``thresholds``
 (``fuzzkit.reach.Threshold`` records, or a zero-argument callable returning them): the sizes
 where its code changes path -- "live_requests", "table_blocks", "request_id" ... as measured
 by :mod:`targets.paged_kv.sizes` -- which the strategy then aims at.
@@ -135,10 +189,42 @@ Types (what the driver passes and what it expects back)
                        :class:`InspectableManager`)
   ===================  =============================================================
 
-* Class attributes (optional): ``eviction_policies``, a tuple of policy names; ``thresholds``
+* Class attributes (optional): ``capabilities`` (:class:`Capabilities`), or the older
+  ``eviction_policies``, a tuple of policy names; ``thresholds``
   (see above); ``code_under_test``, a tuple of top-level package names (``("vllm",)``) that a
   crash is blamed on before the adapter's own frames -- by default the package of the module
   given to ``--impl``, wherever it is installed (:func:`fuzzkit.runner.code_under_test`).
+
+KVGuard events
+--------------
+``fuzzkit run paged_kv --impl X --guarded`` (or ``--impl 'X[guarded]'``) constructs the class as
+``X(config, guard=guard)`` and runs every forward pass through the guarded Triton kernels; a
+class whose ``__init__`` takes no ``guard=`` is refused (exit 2).  The guard
+(:class:`oracles.kvguard.KVGuard`) keeps its own account of every block and learns what the
+manager does only from these calls, made *when the manager does it* (``request`` is the id of the
+request the operation serves; blocks are ids, never the null block 0):
+
+=======================================  ====================================================
+``on_hits(request, blocks)``             an admission's lookup found these hit blocks, before
+                                         any of them is pinned
+``on_share(request, block)``             ``request`` takes a reference on a block with content
+                                         (a pinned hit, a fork); clears it from the hits
+``on_allocate(request, block)``          a block leaves the free queue for ``request`` as new
+                                         content (after its eviction, if it had a hash); an
+                                         allocation while hits are unpinned is a violation
+``on_release(request, block)``           ``request`` drops one reference (finish, preempt,
+                                         trim or eager window removal, the old side of a
+                                         copy-on-write)
+``on_publish(block, block_hash)``        the block gets its (int) hash and becomes cached
+``on_evict(block)``                      the block loses its hash (eviction, reset)
+``on_copy(src, dst)``                    a copy-on-write copy was applied (the driver calls it)
+``on_step_end(request)``                 the end of one ``allocate`` (forgets unpinned hits)
+=======================================  ====================================================
+
+When the class has ``inspect()`` (:class:`InspectableManager`), the guarded driver also checks
+its state against the guard's after every step.  The vLLM adapter emits these events from
+wrappers around vLLM's ``BlockPool`` methods
+(:class:`targets.paged_kv.adapters.vllm_manager.BlockPoolEvents`).
 """
 
 from __future__ import annotations
@@ -149,6 +235,12 @@ from typing import Any, Mapping, Optional, Protocol, Sequence, runtime_checkable
 
 #: The eviction policies of the contract (module docstring), the default first.
 EVICTIONS = ("lru", "session", "penelope")
+#: Sliding-window semantics (module docstring, "Variants"), the default first.
+WINDOW_MODES = ("trim", "eager")
+#: When full blocks get their hash (module docstring, "Variants"), the default first.
+HASHINGS = ("publish", "allocate")
+#: The tagged extra keys a request may carry.
+EXTRA_KEYS = ("adapter", "salt")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,25 +249,113 @@ class Config:
     block_size: int
     sliding_window: Optional[int] = None
     eviction: str = "lru"
+    window_mode: str = "trim"
+    hashing: str = "publish"
 
     def __post_init__(self) -> None:
-        if self.eviction not in EVICTIONS:
-            raise ValueError(  # pragma: no cover - validate() rejects unknown policies
-                f"unknown eviction policy {self.eviction!r} (known: "
-                f"{', '.join(EVICTIONS)})")
+        for value, known, what in ((self.eviction, EVICTIONS, "eviction policy"),
+                                   (self.window_mode, WINDOW_MODES, "window mode"),
+                                   (self.hashing, HASHINGS, "hashing mode")):
+            if value not in known:
+                raise ValueError(  # pragma: no cover - validate() rejects unknown values
+                    f"unknown {what} {value!r} (known: {', '.join(known)})")
+
+    @property
+    def eager(self) -> bool:
+        """Eager window removal in effect (an "eager" mode with a window)."""
+        return self.window_mode == "eager" and self.sliding_window is not None
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "Config":
-        """A config dict without ``eviction`` is "lru" (cases saved before the field existed)."""
+        """A config dict without ``eviction``, ``window_mode`` or ``hashing`` takes the default
+        ("lru", "trim", "publish"): cases saved before those fields existed load unchanged."""
         window = data.get("sliding_window")
         return cls(int(data["num_blocks"]), int(data["block_size"]),
-                   None if window is None else int(window), str(data.get("eviction", "lru")))
+                   None if window is None else int(window), str(data.get("eviction", "lru")),
+                   str(data.get("window_mode", "trim")), str(data.get("hashing", "publish")))
+
+
+@dataclasses.dataclass(frozen=True)
+class Capabilities:
+    """What a manager implements of the contract (module docstring, "Capabilities").
+
+    ``eviction_policies``: among :data:`EVICTIONS`; ``fork``: ``fork`` (and copy-on-write after
+    it); ``windows``: the window modes (:data:`WINDOW_MODES`) it implements, ``()`` for none (no
+    sliding window at all, no ``trim``); ``hashing``: among :data:`HASHINGS`; ``extra_keys``:
+    the extra keys (:data:`EXTRA_KEYS`) its hash takes; ``reset``: ``reset_prefix_cache``."""
+
+    eviction_policies: tuple[str, ...] = ("lru",)
+    fork: bool = True  # fork / copy-on-write
+    windows: tuple[str, ...] = ("trim",)  # sliding-window semantics implemented; () = none
+    hashing: tuple[str, ...] = ("publish",)
+    extra_keys: tuple[str, ...] = ("adapter", "salt")
+    reset: bool = True  # reset_prefix_cache
+
+    def __post_init__(self) -> None:
+        for values, known, what in ((self.eviction_policies, EVICTIONS, "eviction policy"),
+                                    (self.windows, WINDOW_MODES, "window mode"),
+                                    (self.hashing, HASHINGS, "hashing mode"),
+                                    (self.extra_keys, EXTRA_KEYS, "extra key")):
+            unknown = [v for v in values if v not in known]
+            if unknown:
+                raise ValueError(f"Capabilities: unknown {what} {unknown[0]!r} (known: "
+                                 f"{', '.join(known)})")
+        if not self.eviction_policies or not self.hashing:
+            raise ValueError("Capabilities: declare at least one eviction policy and one "
+                             "hashing mode")
+
+
+#: Everything the contract defines (what the reference implements).
+ALL_CAPABILITIES = Capabilities(EVICTIONS, True, WINDOW_MODES, HASHINGS, EXTRA_KEYS, True)
+
+
+def capabilities_of(manager_class: Any) -> Capabilities:
+    """``manager_class.capabilities``; for a class that declares only the older
+    ``eviction_policies``, those policies and the defaults for the rest; for one that declares
+    neither, the defaults ("lru" only)."""
+    declared = getattr(manager_class, "capabilities", None)
+    if isinstance(declared, Capabilities):
+        return declared
+    if declared is not None:
+        raise TypeError(f"{getattr(manager_class, '__name__', manager_class)}.capabilities "
+                        f"must be a targets.paged_kv.protocol.Capabilities, got "
+                        f"{type(declared).__name__}")
+    policies = getattr(manager_class, "eviction_policies", None)
+    if policies is None:
+        return Capabilities()
+    return Capabilities(eviction_policies=tuple(policies))
+
+
+def unsupported(capabilities: Capabilities, inputs: Mapping[str, Any]) -> Optional[str]:
+    """Why a manager with ``capabilities`` cannot run the case ``inputs`` (the first variant it
+    lacks), or None when it can.  Short and from a small set: the engines count skipped cases
+    by this reason."""
+    config = Config.from_json(inputs["config"])
+    program = inputs.get("program") or []
+    ops = {step.get("op") for step in program if isinstance(step, Mapping)}
+    if config.eviction not in capabilities.eviction_policies:
+        return f"eviction {config.eviction!r} not declared"
+    if config.sliding_window is not None and config.window_mode not in capabilities.windows:
+        return f"window mode {config.window_mode!r} not declared"
+    if "trim" in ops and "trim" not in capabilities.windows:
+        return "trim not declared"
+    if config.hashing not in capabilities.hashing:
+        return f"hashing {config.hashing!r} not declared"
+    if "fork" in ops and not capabilities.fork:
+        return "fork not declared"
+    if "reset" in ops and not capabilities.reset:
+        return "reset not declared"
+    for key in EXTRA_KEYS:
+        if key not in capabilities.extra_keys and any(
+                isinstance(step, Mapping) and step.get("op") == "add"
+                and step.get(key) is not None for step in program):
+            return f"extra key {key!r} not declared"
+    return None
 
 
 def supports(manager_class: Any, eviction: str) -> bool:
-    """Whether ``manager_class`` implements ``eviction`` (its ``eviction_policies`` attribute;
-    a manager written before the attribute existed implements "lru" only)."""
-    return eviction in getattr(manager_class, "eviction_policies", ("lru",))
+    """Whether ``manager_class`` implements ``eviction`` (see :func:`capabilities_of`)."""
+    return eviction in capabilities_of(manager_class).eviction_policies
 
 
 @dataclasses.dataclass(frozen=True)

@@ -10,7 +10,7 @@ import dataclasses
 from typing import Any, Optional, Sequence
 
 from targets.paged_kv.hashing import BlockHash, full_block_hashes
-from targets.paged_kv.protocol import EVICTIONS, Allocation, Config
+from targets.paged_kv.protocol import ALL_CAPABILITIES, EVICTIONS, Allocation, Config
 
 NULL_BLOCK = 0
 NEW = None  # a table entry planned for a block not taken yet (the hole of a refill)
@@ -28,6 +28,7 @@ class _Request:
 
 
 class ReferenceManager:
+    capabilities = ALL_CAPABILITIES
     eviction_policies = EVICTIONS
 
     def __init__(self, config: Config) -> None:
@@ -50,10 +51,13 @@ class ReferenceManager:
 
     def _lookup(self, req: _Request) -> tuple[list[int], int, list[int]]:
         """Prefix hits, and under penelope the hole's length and the suffix hits: the run of
-        cached blocks ending at the last cached usable block, behind the prefix's first miss."""
+        cached blocks ending at the last cached usable block, behind the prefix's first miss.
+        Under an eager window the prefix starts with null entries (out of the window)."""
         hashes = full_block_hashes(req.tokens, self.b, req.adapter, req.salt,
                                    count=self._usable(req))
         found = [self.cached[h][0] if self.cached.get(h) else None for h in hashes]
+        if self.config.eager:
+            return self._window_lookup(found), 0, []
         prefix: list[int] = []
         for block in found:
             if block is None:
@@ -66,6 +70,21 @@ class ReferenceManager:
         while rest and rest[-1] is not None:
             suffix.insert(0, rest.pop())
         return prefix, len(rest), suffix
+
+    def _window_lookup(self, found: list[Optional[int]]) -> list[int]:
+        """Eager window: the last run of ``c = ceil((w - 1) / b)`` cached blocks among the usable
+        ones, behind null entries; else the cached run from block 0."""
+        need = -(-(self.config.sliding_window - 1) // self.b)  # type: ignore[operator]
+        for i in range(len(found) - need, -1, -1):
+            run = found[i:i + need]
+            if need and all(block is not None for block in run):
+                return [NULL_BLOCK] * i + run  # type: ignore[list-item]
+        prefix: list[int] = []
+        for block in found:
+            if block is None:
+                break
+            prefix.append(block)
+        return prefix
 
     def _hold(self, block: int, rid: int) -> None:
         """``rid`` takes a reference on a block with content (a hit, a fork)."""
@@ -138,10 +157,13 @@ class ReferenceManager:
         req = self.requests.get(rid)
         if req is None:
             return None
+        if self.config.eager:  # before everything, even when the allocation does not fit
+            self._trim(req)
         admitting = not req.table
         if admitting:
             prefix, hole, suffix = self._lookup(req)
-            hits, table = prefix + suffix, prefix + [NEW] * hole + suffix
+            hits = [p for p in prefix + suffix if p != NULL_BLOCK]
+            table = prefix + [NEW] * hole + suffix
             computed = len(prefix) * self.b
             refill = ((len(prefix) + hole) * self.b, len(table) * self.b) if hole else None
         else:
@@ -173,6 +195,8 @@ class ReferenceManager:
         for _ in range(needed_blocks - len(table)):
             table.append(self._take_free_block(rid))
         req.pending += scheduled
+        if self.config.hashing == "allocate":  # blocks full once the step is written
+            self._hash_blocks(req, start + scheduled)
         return Allocation(computed=start, scheduled=scheduled, copies=tuple(copies))
 
     def commit(self, rid: int) -> Optional[int]:
@@ -189,8 +213,17 @@ class ReferenceManager:
         req = self.requests.get(rid)
         if req is None:
             return None
+        if self.config.hashing == "allocate":  # allocations hash; publish does nothing
+            return 0
+        return self._hash_blocks(req, req.computed)
+
+    def _hash_blocks(self, req: _Request, tokens: int) -> int:
+        """Hash the table's non-null, unhashed blocks that ``tokens`` fill; return how many.
+        An eager window of 1 hashes nothing (no hit could use the block)."""
+        if self.config.eager and self.config.sliding_window == 1:
+            return 0
         count = 0
-        full = min(req.computed // self.b, len(req.table))
+        full = min(tokens // self.b, len(req.table))
         hashes = full_block_hashes(req.tokens, self.b, req.adapter, req.salt, count=full)
         for i, h in enumerate(hashes):
             block = req.table[i]
@@ -233,6 +266,11 @@ class ReferenceManager:
         req = self.requests.get(rid)
         if req is None:
             return None
+        return self._trim(req)
+
+    def _trim(self, req: _Request) -> int:
+        """Free the blocks wholly below the first key a future query reads (``computed - w +
+        1``); return how many.  ``trim`` and, under an eager window, every ``allocate``."""
         window = self.config.sliding_window
         if window is None:
             return 0

@@ -36,6 +36,16 @@ How a program is drawn:
   values equal modulo 256 and ``2**32``; the guarded driver's query / key / value vectors get
   kinds from :mod:`fuzzkit.values` (``kv_values``: zero keys, ties, tiny, subnormal, huge).
 
+* **Variants** (:class:`~targets.paged_kv.protocol.Capabilities`): a case is drawn within the
+  capabilities of the implementation fuzzed (``capabilities=``; all of the contract by
+  default): its eviction policy, window mode ("trim", or "eager" in 2 of 5 windowed programs
+  when both are declared) and hashing mode ("allocate" in 1 of 3 programs when both are) among
+  the declared ones; operations and extra keys it lacks are never drawn (chunk kinds made of
+  them are switched off; single operations of them are dropped), nor ``trim`` under an eager
+  window or ``publish`` under allocate hashing.  Allocate hashing reaches its same-step hits
+  through the chunks that schedule several requests sharing a prefix before one forward pass
+  (a crowd, a batch of new requests).
+
 A program is a flat list of operation records, so Hypothesis (and ddmin) shrink it by deleting
 steps.
 """
@@ -51,6 +61,8 @@ from hypothesis import strategies as st
 
 from fuzzkit import program as swarming
 from fuzzkit import reach, values
+from targets.paged_kv.protocol import ALL_CAPABILITIES, Capabilities
+from targets.paged_kv.protocol import EXTRA_KEYS as KEY_NAMES
 
 Ops = list[dict[str, Any]]
 Draw = Callable[[Any], Any]
@@ -140,11 +152,58 @@ def _choose(draw: Draw, table: Sequence[tuple[Any, int]]) -> Any:
     return table[-1][0]  # pragma: no cover - unreachable: k < total
 
 
+#: Weights of the eviction policies (in tenths when all three are declared).
+EVICTION_WEIGHTS = (("lru", 5), ("session", 2), ("penelope", 3))
+
+
 @functools.lru_cache(maxsize=None)
-def _eviction() -> st.SearchStrategy[str]:
-    """Half "lru" (the default keeps its coverage), 3 in 10 "penelope", 2 in 10 "session";
-    shrinks to "lru" when the policy does not matter."""
-    return _uniform(10).map(lambda k: "lru" if k < 5 else "session" if k < 7 else "penelope")
+def _eviction(declared: tuple[str, ...] = ("lru", "session", "penelope")
+              ) -> st.SearchStrategy[str]:
+    """Among the declared policies with :data:`EVICTION_WEIGHTS` (all three: half "lru" -- the
+    default keeps its coverage --, 3 in 10 "penelope", 2 in 10 "session"); shrinks to the first
+    declared in that order ("lru") when the policy does not matter."""
+    table = [(name, weight) for name, weight in EVICTION_WEIGHTS if name in declared]
+    total = sum(weight for _, weight in table)
+
+    def pick(k: int) -> str:
+        for name, weight in table:
+            if k < weight:
+                return name
+            k -= weight
+        return table[-1][0]  # pragma: no cover - unreachable: k < total
+
+    return _uniform(total).map(pick)
+
+
+def _banned_ops(capabilities: Capabilities, window_mode: str, hashing: str) -> frozenset[str]:
+    """Operations a program must not hold: those the capabilities lack, ``trim`` unless the
+    window mode is "trim", ``publish`` under allocate hashing (a no-op there)."""
+    banned = set()
+    if window_mode != "trim" or "trim" not in capabilities.windows:
+        banned.add("trim")
+    if hashing != "publish":
+        banned.add("publish")
+    if not capabilities.fork:
+        banned.add("fork")
+    if not capabilities.reset:
+        banned.add("reset")
+    return frozenset(banned)
+
+
+#: Chunk kinds that exist for one operation: off when the operation is banned.
+CHUNKS_OF = {"fork": ("fork", "fork_both"), "reset": ("reset", "reset_live")}
+
+
+def _within(ops: Ops, banned: frozenset[str], keys: Sequence[str]) -> Ops:
+    """``ops`` without the banned operations and with undeclared extra keys left out."""
+    out = []
+    for op in ops:
+        if op["op"] in banned:
+            continue
+        if op["op"] == "add":
+            op = {**op, **{key: None for key in KEY_NAMES if key not in keys}}
+        out.append(op)
+    return out
 
 
 @functools.lru_cache(maxsize=None)
@@ -843,9 +902,12 @@ def _map_tokens(ops: Ops, alphabet: Sequence[int]) -> Ops:
 
 @st.composite
 def inputs(draw: Draw, thresholds: Sequence[reach.Threshold] = (),
-           max_steps: Optional[int] = None) -> dict[str, Any]:
+           max_steps: Optional[int] = None,
+           capabilities: Optional[Capabilities] = None) -> dict[str, Any]:
     """One case: ``config``, ``program`` (chunks until ``max_steps`` operations, the last one
     finished up to :data:`OVERRUN` more) and, mostly, ``kv_values``.
+    ``capabilities``: what the implementation fuzzed declares (None: the whole contract, what
+    the reference implements); the case stays within them (see "Variants" above).
     ``thresholds``: the sizes to aim at (``Target.thresholds_for``; none: the plain
     distribution only).  ``max_steps`` defaults to :data:`STEPS`, or :data:`KERNEL_STEPS`
     when the thresholds name the kernels' token sizes (an implementation that launches the
@@ -855,14 +917,25 @@ def inputs(draw: Draw, thresholds: Sequence[reach.Threshold] = (),
     if max_steps is None:
         kernels = any(t.size in TOKEN_SIZES for t in thresholds)
         max_steps = KERNEL_STEPS if kernels else STEPS
-    eviction = draw(_eviction())
+    caps = capabilities or ALL_CAPABILITIES
+    eviction = draw(_eviction(caps.eviction_policies))
+    hashing = caps.hashing[0] if len(caps.hashing) == 1 else (
+        "allocate" if draw(_ints(0, 2)) == 2 else "publish")
+    modes = [m for m in caps.windows if not (m == "eager" and eviction == "penelope")]
+    window_mode = "trim" if "trim" in modes or not modes else "eager"
+    banned = _banned_ops(caps, window_mode, hashing)
     plan = _plan(draw, thresholds)
+    off = {kind for op, kinds in CHUNKS_OF.items() if op in banned for kind in kinds}
     config = swarming.swarm(draw, [(name, 16 if name == "sessions" and eviction != "lru"
-                                    else weight) for name, weight in CHUNKS], keep=("serve",))
+                                    else weight) for name, weight in CHUNKS if name not in off],
+                            keep=("serve",))
     aimed = _aimed(plan)
     block_size = _block_size(draw, plan, [*config, *aimed])
-    windowed = draw(_ints(0, 9)) >= 6  # about a third of the pools use a sliding window
+    windowed = draw(_ints(0, 9)) >= 6 and bool(modes)  # about a third use a sliding window
     window = draw(_ints(1, 3 * block_size + 1)) if windowed else None
+    if windowed and len(modes) == 2 and draw(_ints(0, 4)) >= 3:  # 2 in 5: eager
+        window_mode = "eager"
+        banned = _banned_ops(caps, window_mode, hashing)
     # most programs of a policy open with a returning session (where policies differ);
     # a session needs the small pool it evicts from, so those programs keep one
     opening = eviction != "lru" and draw(_ints(0, 2)) > 0
@@ -888,9 +961,11 @@ def inputs(draw: Draw, thresholds: Sequence[reach.Threshold] = (),
     alphabet = _choose(draw, ALPHABETS)
     case = {
         "config": {"num_blocks": num_blocks, "block_size": block_size,
-                   "sliding_window": window, "eviction": eviction},
+                   "sliding_window": window, "eviction": eviction,
+                   "window_mode": window_mode, "hashing": hashing},
         # the last chunk runs to its end (a crowd's forward pass), within a hard cap
-        "program": _map_tokens(ops[:budget + OVERRUN], alphabet),
+        "program": _map_tokens(_within(ops[:budget + OVERRUN], banned, caps.extra_keys),
+                               alphabet),
     }
     if draw(_ints(0, 3)) > 0:  # else standard normal vectors (the older cases' kind)
         case["kv_values"] = _kv_values(draw)

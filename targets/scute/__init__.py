@@ -26,7 +26,8 @@ unmerged, exact Cayley orthogonal.
 Implementations: ``triton`` (:mod:`.triton_impl`, one Scute kernel launch for the mixed batch),
 ``torch`` (:mod:`.torch_impl`, Punica-style gather + batched matmuls) and ``peft``
 (:mod:`.adapters.peft_impl`: PEFT's own layers, one adapter at a time, on the cases PEFT can
-express).
+express) and ``vllm-punica`` (:mod:`.adapters.vllm_punica`: vLLM's own Punica ``lora_shrink`` /
+``lora_expand`` kernels from the pinned wheel, on the LoRA cases they serve).
 
 Reach: the kernel's tiles as launched in this mode (:mod:`.tiles`), the slot conversion's edges
 and torch's branches (:mod:`.sizes`) are declared thresholds; the strategy (:mod:`.strategies`)
@@ -63,9 +64,24 @@ def _peft_unavailable() -> Optional[str]:
     return peft_impl.unavailable()
 
 
+def _punica_unavailable() -> str | None:
+    from targets.scute.adapters import vllm_punica
+
+    return vllm_punica.unavailable()
+
+
+def _punica_thresholds() -> tuple:
+    """vLLM's Punica tiles from its own config getter (loads the pinned modules when asked;
+    none where they cannot be loaded)."""
+    from targets.scute.adapters import vllm_punica
+
+    return vllm_punica.thresholds() if vllm_punica.unavailable() is None else ()
+
+
 def target() -> Target:
     """The ``scute`` target (entry point ``targets.scute:target``)."""
     from targets.scute.adapters.peft_mutants import MUTANTS as PEFT_MUTANTS
+    from targets.scute.adapters.vllm_punica_mutants import MUTANTS as PUNICA_MUTANTS
     from targets.scute.limits import LIMITS
     from targets.scute.mutants import DEVICE_MUTANTS, MUTANTS
     from targets.scute.properties import PROPERTIES
@@ -101,10 +117,20 @@ def target() -> Target:
                 cases=lazy("targets.scute.adapters.peft_impl:cases"),
                 sources=("targets.scute.adapters.peft_impl",),
             ),
+            "vllm-punica": Implementation(
+                "vllm-punica", lazy("targets.scute.adapters.vllm_punica:run"),
+                backend="triton",
+                description="vLLM's Punica LoRA kernels (lora_shrink / lora_expand with "
+                            "LoRAKernelMeta), pinned wheel, on the LoRA cases they serve",
+                unavailable=_punica_unavailable,
+                thresholds=_punica_thresholds,
+                cases=lazy("targets.scute.adapters.vllm_punica:cases"),
+                sources=("targets.scute.adapters.vllm_punica",),
+            ),
         },
         oracle=checks.oracle,
         properties=PROPERTIES,
-        mutants=[*MUTANTS, *DEVICE_MUTANTS, *PEFT_MUTANTS],
+        mutants=[*MUTANTS, *DEVICE_MUTANTS, *PEFT_MUTANTS, *PUNICA_MUTANTS],
         reducible=(("x", "token_adapter"),),  # token rows shrink together
         validate=checks.validate,
         localize=checks.localize,

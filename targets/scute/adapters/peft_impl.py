@@ -29,9 +29,9 @@ leaves the slot-form bound for reasons of range, not bugs (:func:`_dora_gap`,
 :func:`_rotation_gap`).  The implementation's strategy never draws such a case (:func:`cases`),
 counting what it turns away (:func:`fuzzkit.target.count_unsupported`: reports show the count
 apart from the cases run); a saved case PEFT cannot build raises
-:class:`fuzzkit.target.Unsupported` here -- ``replay`` says it was not run, never a silent pass.  (Cases derived from a
-drawn one by the target's properties -- zero-initialised adapters, token subsets -- stay inside
-the declared range.)
+:class:`fuzzkit.target.Unsupported` here -- ``replay`` says it was not run, never a silent
+pass.  (Cases derived from a drawn one by the target's properties -- zero-initialised adapters,
+token subsets -- stay inside the declared range.)
 """
 
 from __future__ import annotations
