@@ -21,6 +21,7 @@ file; the wheel is a dependency pinned by hash, like a lock file entry.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import importlib
@@ -31,7 +32,7 @@ import sys
 import types
 import zipfile
 from pathlib import Path, PurePosixPath
-from typing import Iterable, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from fuzzkit.errors import UsageError
 
@@ -169,6 +170,23 @@ def missing(wheel: PinnedWheel) -> str | None:
     )
 
 
+def unavailable(wheel: PinnedWheel, package: str, load: Callable[[], object]) -> str | None:
+    """An adapter's ``unavailable()``: None when ``package`` is installed or the pinned wheel is
+    cached and ``load()`` (the adapter's own import of the engine's modules) succeeds; else one
+    line saying why -- without downloading anything."""
+    if not installed(package):
+        reason = missing(wheel)
+        if reason is not None:
+            return reason
+    try:
+        load()
+    except UsageError as exc:
+        return str(exc)
+    except Exception as exc:  # noqa: BLE001 - a wheel that no longer fits the adapter's shims
+        return f"{wheel.requirement}: the adapter cannot load it ({exc})".splitlines()[0]
+    return None
+
+
 def installed(package: str) -> bool:
     """Whether ``package`` is importable as installed (not loaded by :func:`load` here)."""
     module = sys.modules.get(package)
@@ -210,6 +228,37 @@ def load(
         if parent in sys.modules:
             setattr(sys.modules[parent], child, shim)
     return [importlib.import_module(name) for name in modules]
+
+
+@contextlib.contextmanager
+def scoped(names: Iterable[str]) -> Iterator[None]:
+    """While active, ``sys.modules`` entries ``names`` (and their parents' attributes) may be
+    replaced -- by :func:`load`'s shims and bare packages; on exit each gives way to what was
+    there before.  Why: two adapters of one engine may need different stand-ins for the same
+    helper module at import time; the engine modules they import keep the ones they saw."""
+    names = tuple(names)
+    saved = {name: sys.modules.pop(name) for name in names if name in sys.modules}
+    absent = object()
+    attributes: dict[str, Any] = {}
+    for name in names:
+        parent, _, child = name.rpartition(".")
+        if parent in sys.modules:
+            attributes[name] = getattr(sys.modules[parent], child, absent)
+    try:
+        yield
+    finally:
+        for name in names:
+            sys.modules.pop(name, None)
+            parent, _, child = name.rpartition(".")
+            owner = sys.modules.get(parent)
+            if owner is None or name not in attributes:
+                continue
+            if attributes[name] is absent:
+                with contextlib.suppress(AttributeError):
+                    delattr(owner, child)
+            else:
+                setattr(owner, child, attributes[name])
+        sys.modules.update(saved)
 
 
 def shim(name: str, **attributes: object) -> types.ModuleType:

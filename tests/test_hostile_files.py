@@ -217,7 +217,9 @@ def _oversize(generated: dict[str, dict[str, Any]]) -> dict[str, tuple[str, str,
         node[path[-1]] = value
         return out
 
-    step = paged["program"][0]
+    # A small step (three JSON values), so that the case stays under the loader's JSON-value cap
+    # and the target's own step limit is what refuses it.
+    step = {"op": "write", "rid": 0}
     return {
         "paged_kv 300k steps": ("paged_kv", "optimized",
                                 edited(paged, ("program",), [step] * 300_000)),

@@ -91,3 +91,37 @@ def test_missing_says_how_to_fetch_and_downloads_nothing(cache: Path,
     assert reason is not None and "pip download --no-deps" in reason and "fkdemo==1.0" in reason
     _wheel(cache / "wheels")
     assert wheelsrc.missing(pin) is None
+
+
+def test_unavailable_is_one_line_and_never_downloads(cache: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    import subprocess
+
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: pytest.fail("downloaded"))
+    _, digest = _wheel(cache / "wheels")
+    pin = wheelsrc.PinnedWheel("fkdemo", "1.0", {NAME: digest})
+    assert wheelsrc.unavailable(pin, "fkdemo", lambda: None) is None
+
+    def broken() -> None:
+        raise AttributeError("module 'fkdemo.logger' has no attribute 'get'\nmore")
+
+    reason = wheelsrc.unavailable(pin, "fkdemo", broken)
+    assert reason == ("fkdemo==1.0: the adapter cannot load it (module 'fkdemo.logger' has no "
+                      "attribute 'get'")
+    other = wheelsrc.PinnedWheel("fkother", "2.0", {"fkother-2.0-py3-none-any.whl": "0" * 64})
+    assert "pip download" in (wheelsrc.unavailable(other, "fkother", broken) or "")
+
+
+def test_describing_every_target_downloads_nothing(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """`fuzzkit list` / `describe` with an empty cache: the real-engine implementations are
+    unavailable, with the fetch command, and nothing is fetched."""
+    from fuzzkit.registry import get_target, target_names
+
+    monkeypatch.setenv("FUZZKIT_CACHE", str(tmp_path / "empty"))
+    monkeypatch.setattr(wheelsrc, "fetch", lambda pin: pytest.fail(f"fetched {pin.project}"))
+    monkeypatch.setattr(wheelsrc, "installed", lambda package: False)
+    for name in target_names():
+        get_target(name).describe()
+    impls = get_target("paged_kv").implementations
+    assert "pip download" in (impls["vllm"].unavailable() or "")

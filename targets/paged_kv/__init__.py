@@ -219,10 +219,11 @@ def _vllm_triton_unavailable() -> str | None:
 
 
 def _vllm_triton_thresholds() -> tuple[Any, ...]:
-    """The manager's and those of vLLM's kernels as launched (:mod:`.adapters.vllm_kernels`)."""
-    from targets.paged_kv.adapters.vllm_kernels import thresholds
+    """The manager's and those of vLLM's kernels as launched (:mod:`.adapters.vllm_kernels`;
+    none where the kernels cannot be loaded: describing the target must not fetch the wheel)."""
+    from targets.paged_kv.adapters.vllm_kernels import thresholds, unavailable
 
-    return _optimized_thresholds() + thresholds()
+    return _optimized_thresholds() + (thresholds() if unavailable() is None else ())
 
 
 MANAGER_SOURCES = ("targets.paged_kv.optimized", "targets.paged_kv.hashing")

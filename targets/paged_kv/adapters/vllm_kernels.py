@@ -73,9 +73,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import importlib
-import logging
 import os
-import sys
 import types
 from typing import Any, Iterator, Sequence
 
@@ -83,6 +81,7 @@ import numpy as np
 
 from fuzzkit import triton_support
 from fuzzkit.reach import Threshold
+from targets import vllm_shims
 from targets.paged_kv.kernel_driver import (
     HEAD_DIM,
     HEADS,
@@ -129,68 +128,6 @@ class KVQuantMode(enum.IntEnum):
     INT4_PER_TOKEN_HEAD = 4
 
 
-class _Logger(logging.LoggerAdapter):  # type: ignore[type-arg,unused-ignore]
-    """vLLM's logger API: the ``*_once`` variants log a message once per process."""
-
-    _seen: set[tuple[str, str]] = set()
-
-    def _once(self, level: int, msg: str, *args: Any) -> None:
-        key = (self.logger.name, msg)
-        if key not in self._seen:
-            self._seen.add(key)
-            self.log(level, msg, *args)
-
-    def debug_once(self, msg: str, *args: Any, **_: Any) -> None:
-        self._once(logging.DEBUG, msg, *args)
-
-    def info_once(self, msg: str, *args: Any, **_: Any) -> None:
-        self._once(logging.INFO, msg, *args)
-
-    def warning_once(self, msg: str, *args: Any, **_: Any) -> None:
-        self._once(logging.WARNING, msg, *args)
-
-
-class _Platform:
-    """The platform queries the two wrappers make, answered from torch (CUDA or none)."""
-
-    def __init__(self, torch: Any) -> None:
-        self.torch = torch
-
-    def _capability(self) -> tuple[int, int]:
-        if self.torch.cuda.is_available():
-            major, minor = self.torch.cuda.get_device_capability()
-            return int(major), int(minor)
-        return (0, 0)
-
-    def fp8_dtype(self) -> Any:
-        return self.torch.float8_e4m3fn
-
-    def is_fp8_fnuz(self) -> bool:
-        return False
-
-    def is_cuda(self) -> bool:
-        return bool(self.torch.cuda.is_available())
-
-    def is_rocm(self) -> bool:
-        return False
-
-    def is_xpu(self) -> bool:
-        return False
-
-    def has_device_capability(self, capability: int | tuple[int, int]) -> bool:
-        major, minor = self._capability()
-        wanted = capability if isinstance(capability, int) else capability[0] * 10 + capability[1]
-        return major * 10 + minor >= wanted
-
-    def is_device_capability(self, capability: int | tuple[int, int]) -> bool:
-        major, minor = self._capability()
-        wanted = capability if isinstance(capability, int) else capability[0] * 10 + capability[1]
-        return major * 10 + minor == wanted
-
-    def is_device_capability_family(self, family: int) -> bool:
-        return self.is_cuda() and self._capability()[0] * 10 == family
-
-
 def _shims() -> dict[str, types.ModuleType]:
     """The stand-in modules (see the module docstring for why each is safe to replace)."""
     import torch
@@ -199,15 +136,14 @@ def _shims() -> dict[str, types.ModuleType]:
 
     from fuzzkit import wheelsrc
 
-    platform = _Platform(torch)
+    platform = vllm_shims.Platform()
     fp8_info = torch.finfo(platform.fp8_dtype())
     return {
         "vllm.envs": wheelsrc.shim(
             "vllm.envs",
             VLLM_BATCH_INVARIANT=bool(int(os.getenv("VLLM_BATCH_INVARIANT", "0")))),
-        "vllm.logger": wheelsrc.shim(
-            "vllm.logger", init_logger=lambda name: _Logger(logging.getLogger(name), {})),
-        "vllm.platforms": wheelsrc.shim("vllm.platforms", current_platform=platform),
+        "vllm.logger": vllm_shims.logger_module(),
+        "vllm.platforms": vllm_shims.platforms_module(),
         "vllm.triton_utils": wheelsrc.shim(
             "vllm.triton_utils", triton=triton, tl=tl, HAS_TRITON=True,
             LOG2E=1.4426950408889634, LOGE2=0.6931471805599453),
@@ -242,32 +178,10 @@ def engine_imports() -> Iterator[None]:
     if wheelsrc.installed("vllm"):  # pragma: no cover - a machine with vLLM installed
         yield
         return
-    root = _root()
     shims = _shims()
-    names = (*SHIM_PARENTS, *shims)
-    saved = {name: sys.modules.pop(name) for name in names if name in sys.modules}
-    attrs: dict[str, Any] = {}
-    for name in names:
-        parent, _, child = name.rpartition(".")
-        if parent in sys.modules:
-            attrs[name] = getattr(sys.modules[parent], child, attrs)
-    try:
-        wheelsrc.load(root, (), (*BARE, *SHIM_PARENTS), shims)
+    with wheelsrc.scoped((*SHIM_PARENTS, *shims)):
+        wheelsrc.load(_root(), (), (*BARE, *SHIM_PARENTS), shims)
         yield
-    finally:
-        for name in names:
-            sys.modules.pop(name, None)
-            parent, _, child = name.rpartition(".")
-            owner = sys.modules.get(parent)
-            if owner is None:
-                continue
-            previous = attrs.get(name, attrs)
-            if previous is attrs:
-                with contextlib.suppress(AttributeError):
-                    delattr(owner, child)
-            else:
-                setattr(owner, child, previous)
-        sys.modules.update(saved)
 
 
 def modules() -> tuple[types.ModuleType, types.ModuleType]:
@@ -292,25 +206,10 @@ def __getattr__(name: str) -> Any:
 
 def unavailable() -> str | None:
     """One line saying why vLLM's kernels cannot run here (no Triton, no wheel), or None."""
-    reason = triton_support.unavailable()
-    if reason is not None:
-        return reason
     from fuzzkit import wheelsrc
-    from fuzzkit.errors import UsageError
     from targets.engine_pins import VLLM
 
-    if not wheelsrc.installed("vllm"):
-        reason = wheelsrc.missing(VLLM)  # never downloads as a side effect of asking
-        if reason is not None:
-            return reason
-
-    try:
-        modules()
-    except UsageError as exc:
-        return str(exc)
-    except ImportError as exc:  # pragma: no cover - a wheel that no longer fits the shims
-        return f"vLLM's Triton kernels cannot be imported ({exc})"
-    return None
+    return triton_support.unavailable() or wheelsrc.unavailable(VLLM, "vllm", modules)
 
 
 # ----------------------------------------------------------------------------- launch shapes
@@ -395,11 +294,11 @@ def _ieee_float32_dots() -> Iterator[None]:
         return
     from triton import knobs  # pragma: no cover - only on a GPU
 
-    previous = knobs.language.fp32_default  # pragma: no cover
-    knobs.language.fp32_default = "ieee"  # pragma: no cover
-    try:  # pragma: no cover
+    previous = knobs.language.fp32_default  # pragma: no cover - only on a GPU
+    knobs.language.fp32_default = "ieee"  # pragma: no cover - only on a GPU
+    try:  # pragma: no cover - only on a GPU
         yield
-    finally:  # pragma: no cover
+    finally:  # pragma: no cover - only on a GPU
         knobs.language.fp32_default = previous
 
 

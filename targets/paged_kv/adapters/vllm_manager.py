@@ -100,13 +100,13 @@ import dataclasses
 import enum
 import functools
 import importlib.util
-import logging
 import sys
 import types
 from collections.abc import Sequence as SequenceABC
 from typing import Any, Callable, Iterable, Optional, Sequence
 
 from fuzzkit import wheelsrc
+from targets import vllm_shims
 from targets.engine_pins import VLLM
 from targets.paged_kv.protocol import Allocation, Config
 
@@ -155,25 +155,6 @@ MAX_MODEL_LEN = 1 << 40
 # ============================================================================ shims
 
 
-class _Logger(logging.Logger):
-    """A standard logger with the ``*_once`` methods vLLM's ``_VllmLogger`` adds."""
-
-    def debug_once(self, msg: str, *args: Any, **_: Any) -> None:
-        self.debug(msg, *args)
-
-    def info_once(self, msg: str, *args: Any, **_: Any) -> None:
-        self.info(msg, *args)
-
-    def warning_once(self, msg: str, *args: Any, **_: Any) -> None:
-        self.warning(msg, *args)
-
-
-def _init_logger(name: str) -> logging.Logger:
-    logger = _Logger(name)
-    logger.setLevel(logging.ERROR)  # vLLM logs every failed reset_prefix_cache as a warning
-    return logger
-
-
 class _Record:
     """A plain record taking any keyword fields (vLLM's event and stats structs)."""
 
@@ -217,11 +198,6 @@ class _StructuredOutputRequest:
         return None  # no request uses structured output
 
 
-class _Platform:
-    def register_custom_kv_cache_specs(self, vllm_config: Any) -> None:
-        return None  # out-of-tree platforms only
-
-
 def _not_called(name: str) -> Callable[..., Any]:
     def refuse(*args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError(f"{name} is shimmed by the fuzzkit vLLM adapter and should "
@@ -233,10 +209,10 @@ def _not_called(name: str) -> Callable[..., Any]:
 def _shims() -> dict[str, types.ModuleType]:
     shim = wheelsrc.shim
     shims = {
-        "vllm.logger": shim("vllm.logger", init_logger=_init_logger),
+        "vllm.logger": vllm_shims.logger_module(),
         "vllm.config": shim("vllm.config", VllmConfig=type("VllmConfig", (), {}),
                             get_current_vllm_config_or_none=lambda: None),
-        "vllm.platforms": shim("vllm.platforms", current_platform=_Platform()),
+        "vllm.platforms": vllm_shims.platforms_module(),
         "vllm.distributed.kv_events": shim(
             "vllm.distributed.kv_events", MEDIUM_GPU="GPU", MEDIUM_CPU="CPU",
             **_record_types("KVCacheEvent", "BlockStored", "BlockRemoved", "AllBlocksCleared")),
@@ -310,18 +286,9 @@ def modules() -> types.SimpleNamespace:
 def unavailable() -> Optional[str]:
     """One line when vLLM's code cannot be had here (not installed, the pinned wheel not in the
     cache: the line says how to fetch it), else None.  Loads and downloads nothing."""
-    from fuzzkit.errors import UsageError
-
     if wheelsrc.installed("vllm"):  # pragma: no cover - a machine with vLLM installed
         return None
-    reason = wheelsrc.missing(VLLM)  # never downloads as a side effect of asking
-    if reason is not None:
-        return reason
-    try:
-        wheelsrc.extract(VLLM, MEMBERS)
-    except UsageError as exc:
-        return str(exc)
-    return None
+    return wheelsrc.unavailable(VLLM, "vllm", lambda: wheelsrc.extract(VLLM, MEMBERS))
 
 
 def implementation(name: str = "vllm", **options: Any) -> Any:

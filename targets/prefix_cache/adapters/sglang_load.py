@@ -173,15 +173,7 @@ def _shims() -> dict[str, types.ModuleType]:
 def unavailable() -> str | None:
     """One line saying why SGLang's radix cache cannot be loaded here, or None (asked once per
     process: a failed download is not retried for every case)."""
-    if not wheelsrc.installed("sglang"):
-        reason = wheelsrc.missing(SGLANG)  # never downloads as a side effect of asking
-        if reason is not None:
-            return reason
-    try:
-        modules()
-    except Exception as exc:  # noqa: BLE001 - any failure to load is the reason, in one line
-        return f"sglang {SGLANG.version} radix cache not loadable: {exc}".splitlines()[0]
-    return None
+    return wheelsrc.unavailable(SGLANG, "sglang", modules)
 
 
 @functools.lru_cache(maxsize=1)

@@ -93,8 +93,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import importlib
-import logging
-import sys
 import types
 from typing import Any, Iterator, Mapping
 
@@ -102,6 +100,7 @@ import numpy as np
 
 from fuzzkit import triton_support
 from fuzzkit.target import Unsupported, count_unsupported
+from targets import vllm_shims
 
 OPS = "vllm.lora.ops.triton_ops"
 SHRINK = f"{OPS}.lora_shrink_op"
@@ -140,51 +139,6 @@ _LOADED: dict[str, types.ModuleType] = {}
 # ----------------------------------------------------------------------------- loading
 
 
-class _Logger(logging.LoggerAdapter):  # type: ignore[type-arg]
-    """vLLM's logger API: the ``*_once`` variants log a message once per process."""
-
-    _seen: set[tuple[str, str]] = set()
-
-    def _once(self, level: int, msg: str, *args: Any) -> None:
-        if (self.logger.name, msg) not in self._seen:
-            self._seen.add((self.logger.name, msg))
-            self.log(level, msg, *args)
-
-    def debug_once(self, msg: str, *args: Any, **_: Any) -> None:
-        self._once(logging.DEBUG, msg, *args)
-
-    def info_once(self, msg: str, *args: Any, **_: Any) -> None:
-        self._once(logging.INFO, msg, *args)
-
-    def warning_once(self, msg: str, *args: Any, **_: Any) -> None:
-        self._once(logging.WARNING, msg, *args)
-
-
-class _Platform:
-    """The platform queries of the Punica wrappers, answered from torch (CUDA or none)."""
-
-    def _capability(self) -> int:
-        import torch
-
-        if not self.is_cuda():
-            return 0
-        major, minor = torch.cuda.get_device_capability()
-        return int(major) * 10 + int(minor)
-
-    @staticmethod
-    def _wanted(capability: int | tuple[int, int]) -> int:
-        return capability if isinstance(capability, int) else capability[0] * 10 + capability[1]
-
-    def is_cuda(self) -> bool:
-        return triton_support.device() == "cuda"
-
-    def is_device_capability(self, capability: int | tuple[int, int]) -> bool:
-        return self._capability() == self._wanted(capability)
-
-    def has_device_capability(self, capability: int | tuple[int, int]) -> bool:
-        return self._capability() >= self._wanted(capability)
-
-
 def _direct_register_custom_op(*args: Any, **kwargs: Any) -> None:
     """No registration: the modules fall back to the plain function (module docstring)."""
 
@@ -204,9 +158,8 @@ def _shims() -> dict[str, types.ModuleType]:
     return {
         "vllm.triton_utils": wheelsrc.shim("vllm.triton_utils", triton=triton, tl=tl,
                                            HAS_TRITON=True),
-        "vllm.platforms": wheelsrc.shim("vllm.platforms", current_platform=_Platform()),
-        "vllm.logger": wheelsrc.shim(
-            "vllm.logger", init_logger=lambda name: _Logger(logging.getLogger(name), {})),
+        "vllm.platforms": vllm_shims.platforms_module(),
+        "vllm.logger": vllm_shims.logger_module(),
         "vllm.utils.torch_utils": wheelsrc.shim(
             "vllm.utils.torch_utils", direct_register_custom_op=_direct_register_custom_op,
             async_tensor_h2d=_async_tensor_h2d),
@@ -224,14 +177,9 @@ def engine_imports() -> Iterator[None]:
         yield
         return
     root = wheelsrc.extract(VLLM, MEMBERS)
-    saved = {name: sys.modules.pop(name) for name in SCOPED if name in sys.modules}
-    try:
+    with wheelsrc.scoped(SCOPED):
         wheelsrc.load(root, ("vllm.envs", "vllm.utils.math_utils"), BARE, _shims())
         yield
-    finally:
-        for name in SCOPED:
-            sys.modules.pop(name, None)
-        sys.modules.update(saved)
 
 
 def _interpreted_table(op_type: str, add_inputs: bool | None) -> dict[str, Any]:
@@ -267,24 +215,10 @@ def __getattr__(name: str) -> Any:
 def unavailable() -> str | None:
     """One line saying why vLLM's Punica kernels cannot run here (no Triton, no wheel), or
     None."""
-    reason = triton_support.unavailable()
-    if reason is not None:
-        return reason
     from fuzzkit import wheelsrc
-    from fuzzkit.errors import UsageError
     from targets.engine_pins import VLLM
 
-    if not wheelsrc.installed("vllm"):
-        absent = wheelsrc.missing(VLLM)  # asking must not download the wheel
-        if absent is not None:
-            return absent
-    try:
-        modules()
-    except UsageError as exc:
-        return str(exc)
-    except ImportError as exc:  # pragma: no cover - a wheel that no longer fits the shims
-        return f"vLLM's Punica kernels cannot be imported ({exc})"
-    return None
+    return triton_support.unavailable() or wheelsrc.unavailable(VLLM, "vllm", modules)
 
 
 # ----------------------------------------------------------------------------- tiles
