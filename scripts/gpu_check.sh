@@ -5,10 +5,11 @@
 # The paged-KV kernels are checked in every storage dtype, float64 included (float64 tl.dot and
 # float64 accumulation: tests/test_paged_kv_kernels.py, the Penelope exactness oracle), and their
 # benchmark checks its outputs at realistic shapes -- once in the default dtype, once in float64.
-# vLLM's own Punica LoRA kernels (tests/test_scute_vllm_punica.py, in the -m kernel list) run from
-# the pinned wheel's sources: carry $FUZZKIT_CACHE/src/vllm-0.33.0 (or the wheel) to the GPU machine.
-# So do vLLM's paged-attention and reshape-and-cache kernels (tests/test_paged_kv_vllm_kernels.py,
-# -m kernel; natively with IEEE float32 dots), from the same carried sources.
+# vLLM's own kernels -- Punica LoRA shrink/expand (tests/test_scute_vllm_punica.py) and the
+# paged-attention and reshape-and-cache kernels (tests/test_paged_kv_vllm_kernels.py; natively with
+# IEEE float32 dots) -- are in the -m kernel list and run from the pinned wheel's sources:
+# scripts/gpu_wheels.sh copies the extracted sources into .engines/ (about 1.5 MB, git-ignored);
+# carry it, and they are required here (a missing engine fails instead of skipping).
 #   scripts/gpu_check.sh            # uses python3 (or $PYTHON)
 #   scripts/gpu_check.sh --quick    # kernels + kernel benchmarks only, in under 8 minutes on a GPU
 #
@@ -51,6 +52,11 @@ for group, points in project.get("entry-points", {}).items():
 info.joinpath("entry_points.txt").write_text("\n".join(lines) + "\n")
 PYEOF
   export PYTHONPATH="$PWD:$meta${PYTHONPATH:+:$PYTHONPATH}"
+fi
+if [ -d .engines/src ]; then
+  export FUZZKIT_CACHE="$PWD/.engines" FUZZKIT_REQUIRE_ENGINES=1
+else
+  echo "gpu_check: no .engines/ (run scripts/gpu_wheels.sh here and carry .engines): vLLM's kernels will be skipped" >&2
 fi
 "$PY" -c "import z3" 2>/dev/null || echo "gpu_check: z3-solver missing (compiler kernels need it): run scripts/gpu_wheels.sh here and carry .whl" >&2
 

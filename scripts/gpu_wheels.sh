@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The wheels a GPU machine without network needs for scripts/gpu_check.sh, downloaded here into
-# .whl/ (git-ignored) for Python 3.12 on x86-64 Linux: z3-solver (the compiler target's shape
-# constraints), at the version this checkout pins. Carry .whl to the machine; gpu_check.sh installs
-# what is there into a temporary site directory.
+# What a GPU machine without network needs for scripts/gpu_check.sh: wheels downloaded here into
+# .whl/ (git-ignored) for Python 3.12 on x86-64 Linux -- z3-solver (the compiler target's shape
+# constraints), at the version this checkout pins -- and the pinned vLLM's kernel sources in
+# .engines/. Carry both (run's carry: [".whl", ".engines"]); gpu_check.sh installs the wheels
+# into a temporary site directory and points FUZZKIT_CACHE at .engines.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -15,3 +16,15 @@ done
 "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
   "${platforms[@]}" -d .whl "z3-solver==$version"
 ls -la .whl
+# The real-engine sources the kernel adapters import (vLLM's Triton kernels), extracted from the
+# pinned, hash-checked wheels: copied into .engines/ (git-ignored) to carry alongside .whl.
+"$PY" - <<'PYEOF'
+from targets.paged_kv.adapters import vllm_kernels
+from targets.scute.adapters import vllm_punica
+for adapter in (vllm_kernels, vllm_punica):
+    adapter.modules()  # extracts what each imports (fetching the wheel once if needed)
+PYEOF
+root=${FUZZKIT_CACHE:-$HOME/.cache/fuzzkit}
+rm -rf .engines && mkdir -p .engines/src
+cp -r "$root/src/vllm-0.33.0" .engines/src/
+du -sh .engines
