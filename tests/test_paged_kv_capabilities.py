@@ -416,3 +416,35 @@ def test_the_strategy_reaches_same_step_hits_under_allocate_hashing() -> None:
     for inputs in allocating:
         assert run_program(CountsSameStepHits, inputs)["violation"] is None
     assert CountsSameStepHits.same_step_hits >= 3, CountsSameStepHits.same_step_hits
+
+
+def test_program_steps_are_validated_before_any_manager_runs() -> None:
+    """A malformed step in a case file is refused as an invalid case (exit 2 on replay), never
+    run into the manager, whose crash would be reported as the manager's bug."""
+    import inspect
+
+    from hypothesis import HealthCheck, given, settings
+
+    from targets.paged_kv import checks, driver
+    from targets.paged_kv.strategies import inputs as paged_inputs
+
+    for op, (required, optional) in checks._STEP_ARGUMENTS.items():
+        params = list(inspect.signature(getattr(driver.Driver, op)).parameters)[1:]
+        assert params == [*required, *optional], op
+    assert set(checks._STEP_ARGUMENTS) == set(driver.OPS)
+    config = {"num_blocks": 4, "block_size": 2}
+    bad = [{"op": "add", "rid": 0, "tokens": ["echo"]}, {"op": "add", "rid": True, "tokens": []},
+           {"op": "allocate", "rid": 0}, {"op": "allocate", "rid": 0, "n": 1.5},
+           {"op": "write", "rid": 0, "cmd": 1}, {"op": "system", "rid": 0}, ["add"],
+           {"op": "add", "rid": 0, "tokens": [1], "salt": "x"}, {"op": "fork", "src": 0,
+                                                                  "dst": 1 << 70}]
+    for step in bad:
+        assert checks.validate({"config": config, "program": [step]}) is not None, step
+
+    @settings(max_examples=150, deadline=None, database=None,
+              suppress_health_check=list(HealthCheck))
+    @given(paged_inputs())
+    def generated_cases_validate(case: dict) -> None:
+        assert checks.validate(case) is None
+
+    generated_cases_validate()

@@ -64,7 +64,53 @@ def validate(inputs: dict[str, Any]) -> Optional[str]:
         return "config window_mode eager is not defined with eviction penelope"
     if not isinstance(inputs.get("program"), list):
         return "program must be a list of operation records"
+    for index, step in enumerate(inputs["program"]):
+        problem = _validate_step(step)
+        if problem is not None:
+            return f"program step {index}: {problem}"
     return _validate_values(inputs.get("kv_values"))
+
+
+#: Each operation's arguments: required, then optional (the driver's method signatures).
+_STEP_ARGUMENTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "add": (("rid", "tokens"), ("adapter", "salt")),
+    "allocate": (("rid", "n"), ()),
+    "append": (("rid", "tokens"), ()),
+    "fork": (("src", "dst"), ()),
+    "forward": ((), ()),
+    "reset": ((), ()),
+    **{op: (("rid",), ()) for op in ("write", "publish", "preempt", "trim", "finish")},
+}
+_INT_LIMIT = 1 << 63
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and -_INT_LIMIT < value < _INT_LIMIT
+
+
+def _validate_step(step: Any) -> Optional[str]:
+    """Why ``step`` is not an operation record the driver can run, or None -- so that a
+    malformed case file is refused as such instead of crashing the manager under test (a crash
+    there would be reported as the manager's bug)."""
+    if not isinstance(step, dict) or step.get("op") not in _STEP_ARGUMENTS:
+        return f"must be a record with an op among {', '.join(sorted(_STEP_ARGUMENTS))}"
+    required, optional = _STEP_ARGUMENTS[step["op"]]
+    arguments = {k: v for k, v in step.items() if k != "op"}
+    missing = [name for name in required if name not in arguments]
+    extra = sorted(set(arguments) - set(required) - set(optional))
+    if missing or extra:
+        return (f"{step['op']} takes {', '.join(required + optional) or 'no arguments'} "
+                f"(missing {missing}, unknown {extra})")
+    for name, value in arguments.items():
+        if name == "tokens":
+            if not isinstance(value, list) or not all(_is_int(t) for t in value):
+                return f"{step['op']} tokens must be a list of integers"
+        elif name in ("adapter", "salt"):
+            if value is not None and not _is_int(value):
+                return f"{step['op']} {name} must be an integer or null"
+        elif not _is_int(value):  # a negative ``n`` is an edge the strategies probe on purpose
+            return f"{step['op']} {name} must be an integer"
+    return None
 
 
 def _validate_values(kv_values: Any) -> Optional[str]:
