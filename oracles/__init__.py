@@ -11,14 +11,15 @@ index, size or value -- so that shrinking keeps chasing the same bug and finding
 - :func:`close`   -- floats within a bound derived from the dtype and the reduction length.
 - :func:`topk`    -- tie-aware top-k: any valid choice among equal scores passes.
 - :func:`recall` / :func:`compare_recall` -- statistical claims about approximate search.
-- :func:`trace`   -- stateful targets: the first diverging step of a program.
+- :func:`trace`   -- stateful targets: the first diverging step of a program;
+  :func:`program_trace` adds the driver's first invariant violation, naming its step.
 """
 
 from oracles.close import close, error_bound, ulp, unit_roundoff
 from oracles.exact import exact
 from oracles.recall import compare_recall, recall, recall_at_k
 from oracles.topk import topk
-from oracles.trace import trace
+from oracles.trace import program_trace, trace
 
 __all__ = [
     "close",
@@ -29,6 +30,7 @@ __all__ = [
     "recall_at_k",
     "topk",
     "trace",
+    "program_trace",
     "ulp",
     "unit_roundoff",
 ]

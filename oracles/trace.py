@@ -96,3 +96,36 @@ def _op(step: Any) -> str:
 
 
 __all__ = ["trace"]
+
+
+def program_trace(
+    program: Sequence[Mapping[str, Any]],
+    expected: Mapping[str, Any],
+    actual: Mapping[str, Any],
+    *,
+    target: str,
+) -> Failure | None:
+    """The oracle of a target driven by a program whose runs return ``{"steps": [...],
+    "violation": None | {"step", "op", "check", "message", ["kind"]}}`` (a driver that checks
+    invariants after every step and stops at the first one broken).
+
+    The steps compare with :func:`trace` -- only up to where the implementation stopped, when
+    it stopped on a violation, so the violation itself is what gets reported; then the
+    violation, naming the program step that broke it.  Signature:
+    ``<kind>:<target>:<check>:<op>`` (kind ``invariant`` unless the violation says otherwise)."""
+    violation = actual["violation"]
+    steps = actual["steps"]
+    expected_steps = expected["steps"][: len(steps)] if violation else expected["steps"]
+    diverged = trace(expected_steps, steps)
+    if diverged is not None or violation is None:
+        return diverged
+    step = program[violation["step"]]
+    args = ", ".join(f"{k}={v}" for k, v in step.items() if k != "op")
+    kind = violation.get("kind", "invariant")
+    return Failure(
+        kind,
+        f"step {violation['step']} ({step['op']}({args})): {violation['check']}: "
+        f"{violation['message']}",
+        f"{kind}:{target}:{violation['check']}:{violation['op']}",
+        {**violation, "operation": step},
+    )

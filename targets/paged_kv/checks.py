@@ -26,25 +26,7 @@ def oracle(inputs: dict[str, Any], expected: dict[str, Any], actual: dict[str, A
         )
     if actual.get("unsupported"):  # a direct call of a manager without this variant: not run
         return None
-    violation = actual["violation"]
-    steps = actual["steps"]
-    expected_steps = expected["steps"][: len(steps)] if violation else expected["steps"]
-    diverged = oracles.trace(expected_steps, steps)
-    if diverged is not None or violation is None:
-        return diverged
-    step = inputs["program"][violation["step"]]
-    kind = violation.get("kind", "invariant")
-    return Failure(
-        kind,
-        f"step {violation['step']} ({_show(step)}): {violation['check']}: {violation['message']}",
-        f"{kind}:paged_kv:{violation['check']}:{violation['op']}",
-        {**violation, "operation": step},
-    )
-
-
-def _show(step: dict[str, Any]) -> str:
-    args = ", ".join(f"{k}={v}" for k, v in step.items() if k != "op")
-    return f"{step['op']}({args})"
+    return oracles.program_trace(inputs["program"], expected, actual, target="paged_kv")
 
 
 def validate(inputs: dict[str, Any]) -> Optional[str]:

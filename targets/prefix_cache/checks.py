@@ -18,21 +18,7 @@ from targets.prefix_cache.program import OPS, REQUEST_OPS
 
 def oracle(inputs: dict[str, Any], expected: dict[str, Any],
            actual: dict[str, Any]) -> Failure | None:
-    violation = actual["violation"]
-    steps = actual["steps"]
-    expected_steps = expected["steps"][: len(steps)] if violation else expected["steps"]
-    diverged = oracles.trace(expected_steps, steps)
-    if diverged is not None or violation is None:
-        return diverged
-    step = inputs["program"][violation["step"]]
-    args = ", ".join(f"{k}={v}" for k, v in step.items() if k != "op")
-    return Failure(
-        "invariant",
-        f"step {violation['step']} ({step['op']}({args})): {violation['check']}: "
-        f"{violation['message']}",
-        f"invariant:prefix_cache:{violation['check']}:{violation['op']}",
-        {**violation, "operation": step},
-    )
+    return oracles.program_trace(inputs["program"], expected, actual, target="prefix_cache")
 
 
 def validate(inputs: dict[str, Any]) -> str | None:
