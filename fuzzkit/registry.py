@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Sequence
 
 from fuzzkit.errors import UsageError
-from fuzzkit.target import Implementation, Target, split_options
+from fuzzkit.target import Implementation, Target, accepts_keywords, split_options
 
 #: A target as registered: the object, a factory, or an entry point's "module:attr" (kept as a
 #: string so that nothing is imported until the target is asked for).
@@ -202,7 +202,7 @@ def resolve_implementation(target: Target, spec: str) -> Implementation:
     if ":" in base:
         obj = load_object(base, what=f"--impl {base}")
         if target.adapt_external is not None:
-            if options and not _takes_options(target.adapt_external, options):
+            if options and not accepts_keywords(target.adapt_external, options, var_keyword=True):
                 raise UsageError(
                     f"--impl {spec}: target {target.name!r} does not take the "
                     f"option(s) {', '.join(sorted(options))}"
@@ -215,16 +215,3 @@ def resolve_implementation(target: Target, spec: str) -> Implementation:
             )
         return as_implementation(obj, spec)
     return target.implementation(spec)
-
-
-def _takes_options(adapt: Any, options: Mapping[str, Any]) -> bool:
-    """Whether ``adapt`` (a target's ``adapt_external``) accepts ``options`` as keywords."""
-    import inspect
-
-    try:
-        parameters = inspect.signature(adapt).parameters
-    except (TypeError, ValueError):
-        return False
-    if any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
-        return True
-    return all(name in parameters for name in options)

@@ -15,7 +15,16 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
-from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterator, Mapping, Sequence
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Callable,
+    ContextManager,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 
 from fuzzkit.failure import Failure
 
@@ -104,12 +113,14 @@ def with_options(spec: str, options: Sequence[str]) -> str:
     """``spec`` with ``options`` (``"opt"`` or ``"key=value"``) added to its own."""
     if not options:
         return spec
-    base, _, listed = spec[:-1].partition("[") if spec.endswith("]") else (spec, "", "")
-    return f"{base}[{','.join([*filter(None, listed.split(',')), *options])}]"
+    base, own = split_options(spec)
+    listed = [key if value is True else f"{key}={value}" for key, value in own.items()]
+    return f"{base}[{','.join([*listed, *options])}]"
 
 
-def _accepts_keyword(fn: Any, name: str) -> bool:
-    """Whether ``fn`` (or the function a :class:`lazy` names) takes a keyword ``name``."""
+def accepts_keywords(fn: Any, names: Iterable[str], *, var_keyword: bool = False) -> bool:
+    """Whether ``fn`` (or the function a :class:`lazy` names) takes every keyword in ``names``
+    -- by name, or, with ``var_keyword``, through a ``**kwargs`` too."""
     import importlib
     import inspect
 
@@ -120,7 +131,9 @@ def _accepts_keyword(fn: Any, name: str) -> bool:
         parameters = inspect.signature(fn).parameters
     except (TypeError, ValueError):
         return False
-    return name in parameters
+    if var_keyword and any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
+        return True
+    return all(name in parameters for name in names)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -276,7 +289,7 @@ class Target:
         """The Hypothesis strategy for fuzzing ``impl``: ``strategy(thresholds=...)`` when the
         strategy takes them, else ``strategy()``; ``impl.cases`` instead when it declares one."""
         strategy = impl.cases if impl is not None and impl.cases is not None else self.strategy
-        if _accepts_keyword(strategy, "thresholds"):
+        if accepts_keywords(strategy, ("thresholds",)):
             return strategy(thresholds=self.thresholds_for(impl))
         return strategy()
 
