@@ -6,6 +6,15 @@ import os
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
+from fuzzkit import triton_support  # noqa: E402
+
+# Before any test module imports triton, directly or through torch/peft: Triton picks the
+# interpreter for its own language helpers (tl.cdiv ...) when it is imported, so a kernel
+# module that calls prepare() later would run interpreted kernels calling compiled helpers
+# ("Cannot call @triton.jit'd outside of the scope of a kernel") -- seen when the PEFT tests
+# ran before vLLM's Punica kernels in one worker.
+triton_support.prepare()
+
 import pytest  # noqa: E402
 
 from fuzzkit import reach, registry  # noqa: E402

@@ -246,3 +246,22 @@ def test_crash_inside_vllm_is_signed_with_vllms_file(vm: Any) -> None:
                              confirm=False).failure
     assert failure is not None and failure.kind == "crash", failure
     assert "@vllm/v1/core/kv_cache_utils.py:popleft_n" in failure.signature, failure.signature
+
+
+def test_adapters_of_one_wheel_load_in_either_order(vm: Any) -> None:
+    """The kernel adapters register their stand-ins only while importing: loading vLLM's Punica
+    and attention kernels first must leave the KV-manager adapter its real modules (and the
+    other way round), as in one ``fuzzkit run --all`` process."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("triton")
+    loads = {"manager": "from targets.paged_kv.adapters import vllm_manager as m; m.modules()",
+             "punica": "from targets.scute.adapters import vllm_punica as p; p.modules()",
+             "kernels": "from targets.paged_kv.adapters import vllm_kernels as k; k.modules()"}
+    for order in (("punica", "kernels", "manager"), ("manager", "punica", "kernels")):
+        script = "; ".join(loads[name] for name in order)
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                              env={**__import__("os").environ, "TRITON_INTERPRET": "1"},
+                              timeout=300)
+        assert done.returncode == 0, (order, done.stderr[-2000:])

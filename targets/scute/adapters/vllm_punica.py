@@ -115,9 +115,10 @@ MEMBERS = tuple(f"vllm/lora/ops/triton_ops/{name}.py" for name in (
 #: fused-MoE and fp8 kernels).
 BARE = ("vllm", "vllm.utils", "vllm.lora", "vllm.lora.ops", OPS)
 #: Modules registered only while importing (the shims, and vLLM's own envs/math helpers, which
-#: another adapter may have shimmed differently).
+#: another adapter may have shimmed differently) -- ``vllm.utils`` too: bare here, it must not
+#: stay in place of the real package the KV-manager adapter imports (its ``__init__`` runs there).
 SCOPED = ("vllm.triton_utils", "vllm.platforms", "vllm.logger", "vllm.utils.torch_utils",
-          "vllm.envs", "vllm.utils.math_utils")
+          "vllm.envs", "vllm.utils.math_utils", "vllm.utils")
 
 #: The interpreter's tuned table (vLLM's ``config[max_loras][num_slices][m][k][n]`` layout; one
 #: entry per level, so every lookup lands on it): tiles small enough that a case of a few dozen
