@@ -58,7 +58,9 @@ if __name__ == "__main__":
 """
 
 
-def _launch(tmp_path: Path, *argv: str) -> subprocess.Popen[str]:
+def _launch(tmp_path: Path, *argv: str, sigint_ignored: bool = False) -> subprocess.Popen[str]:
+    """``fuzzkit run`` in a child; ``sigint_ignored``: started with SIGINT ignored, as a
+    script's background job is (``cmd &`` in a non-interactive shell)."""
     launcher = tmp_path / "launch.py"
     launcher.write_text(LAUNCHER)
     return subprocess.Popen(
@@ -68,6 +70,8 @@ def _launch(tmp_path: Path, *argv: str) -> subprocess.Popen[str]:
         env=dict(os.environ, OMP_NUM_THREADS="1"),
         cwd=tmp_path,
         text=True,
+        preexec_fn=(lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if sigint_ignored
+        else None,
     )
 
 
@@ -115,11 +119,13 @@ def test_a_finding_that_cannot_be_saved_is_exit_3_and_still_on_disk(
     assert (run_dir / "findings").is_dir() and list((run_dir / "findings").glob("*.json"))
 
 
-def test_sigint_to_a_two_worker_run_saves_every_finding(tmp_path: Path) -> None:
+@pytest.mark.parametrize("sigint_ignored", [False, True], ids=["default", "inherited-ignored"])
+def test_sigint_to_a_two_worker_run_saves_every_finding(tmp_path: Path,
+                                                         sigint_ignored: bool) -> None:
     reports = tmp_path / "reports"
     proc = _launch(tmp_path, "toy-slow-shrink", "--workers", "2", "--budget", "120",
                    "--progress", "quiet", "--no-confirm", "--report-dir", str(reports),
-                   "--corpus", str(tmp_path / "corpus"))
+                   "--corpus", str(tmp_path / "corpus"), sigint_ignored=sigint_ignored)
     try:
         run_dir = _wait_for_event(reports, "found")
         time.sleep(0.5)  # inside Hypothesis's shrinking now (each failing call takes 0.5 s)

@@ -261,9 +261,14 @@ class _Coordinator:
         self.progress.start(str(self.run_dir))
         for event in self.stats.findings.values():
             self.progress.finding(event)
-        old_term = None
+        saved_handlers: dict[int, Any] = {}
         if _in_main_thread():
-            old_term = signal.signal(signal.SIGTERM, _raise_interrupt)
+            # SIGINT explicitly too, not Python's default handler: a process started from a
+            # script's background job inherits SIGINT ignored, and `kill -INT` would then
+            # never stop the run.
+            saved_handlers = {
+                sig: signal.signal(sig, _raise_interrupt) for sig in (signal.SIGTERM, signal.SIGINT)
+            }
         try:
             self.save_state("running")
             if remaining > 0.5:
@@ -280,7 +285,7 @@ class _Coordinator:
                 self.stats.errors.append((-1, f"{type(exc).__name__}: {exc}"[:500]))
             self._wind_down(grace=0.0)
         finally:
-            self._finish(old_term)
+            self._finish(saved_handlers)
         return self._result()
 
     # ------------------------------------------------------------------ starting and watching
@@ -432,7 +437,7 @@ class _Coordinator:
         except KeyboardInterrupt:
             pass
 
-    def _finish(self, old_term: Any) -> None:
+    def _finish(self, saved_handlers: dict[int, Any]) -> None:
         for wid, (handle, _) in list(self.handles.items()):
             try:
                 if self.backend is not None:
@@ -444,8 +449,9 @@ class _Coordinator:
         self._fold()
         if self.backend is not None:
             self.backend.close()
-        if old_term is not None:
-            signal.signal(signal.SIGTERM, old_term)
+        for sig, handler in saved_handlers.items():
+            if handler is not None:  # None: a handler not installed from Python, left as is
+                signal.signal(sig, handler)
         reconcile_claims(self.run_dir)
         self._fold()
         self._recover_pending()
