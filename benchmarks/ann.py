@@ -5,8 +5,8 @@ Gaussian centres; queries drawn the same way, held out), exact top-10 ground tru
 then one row per configuration:
 
 * **brute force**: one float32 matrix product per query block -- recall 1, the speed floor;
-* **IVF-flat** (:mod:`targets.ann.ivf`): seeded k-means, ``nlist = 4 sqrt(n)``, several nprobe;
-* **OctEx** (:mod:`targets.ann.index`, the ``numpy`` implementation): fixed tables and graph,
+* **IVF-flat** (:mod:`fuzzkit.targets.ann.ivf`): seeded k-means, ``nlist = 4 sqrt(n)``, several nprobe;
+* **OctEx** (:mod:`fuzzkit.targets.ann.index`, the ``numpy`` implementation): fixed tables and graph,
   several (P, E, T) points along the recall/throughput curve.  Its graph is built here with a
   chunked float32 matrix-product kNN (the exact float64 builder of the fuzzed target is meant
   for small cases); build times are reported.
@@ -30,9 +30,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from targets.ann import index, ivf  # noqa: E402
-from targets.ann.model import Params  # noqa: E402
-from targets.scheduling.metrics import print_table  # noqa: E402
+from fuzzkit.targets.ann import index, ivf  # noqa: E402
+from fuzzkit.targets.ann.model import Params  # noqa: E402
+from fuzzkit.targets.scheduling.metrics import print_table  # noqa: E402
 
 K = 10
 QUERY_BLOCK = 64

@@ -4,10 +4,10 @@
         [--metric l2|ip] [--sizes 10000,50000] [--dim 128] [--queries 256]
 
 For each base size ``n`` it builds one OctEx index (the NumPy build of
-:mod:`targets.ann.index`; on a GPU the kNN graph comes from a chunked float32 torch matmul
+:mod:`fuzzkit.targets.ann.index`; on a GPU the kNN graph comes from a chunked float32 torch matmul
 instead of the exact float64 one, which would take hours at these sizes on the CPU) and runs
 the same search twice: with the NumPy hooks and with the Triton hooks of
-:mod:`targets.ann.triton_impl`.  It prints queries per second of each search and the share of
+:mod:`fuzzkit.targets.ann.triton_impl`.  It prints queries per second of each search and the share of
 the time spent inside the two hooks (the rest -- probing, selection, ranking -- is the NumPy code
 both share), and how many returned ids agree.
 
@@ -41,12 +41,12 @@ triton_support.prepare()
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-import oracles  # noqa: E402
-from targets.ann import bounds  # noqa: E402
-from targets.ann import index as ann_index  # noqa: E402
-from targets.ann import triton_impl  # noqa: E402
-from targets.ann import model  # noqa: E402
-from targets.ann.model import Params  # noqa: E402
+import fuzzkit.oracles  # noqa: E402
+from fuzzkit.targets.ann import bounds  # noqa: E402
+from fuzzkit.targets.ann import index as ann_index  # noqa: E402
+from fuzzkit.targets.ann import triton_impl  # noqa: E402
+from fuzzkit.targets.ann import model  # noqa: E402
+from fuzzkit.targets.ann.model import Params  # noqa: E402
 
 CHECK_ROWS = 32
 
@@ -100,7 +100,7 @@ def check_kernels(index: ann_index.Index, queries: np.ndarray) -> list[str]:
     cand = ann_index.pad_rows(ann_index.probe(index, q))
     got = hooks.candidate_distances(index, q, cand)
     want, mag, length = reference_distances(index, q, cand)
-    failure = oracles.close(want, got, dtype="float32", reduction_length=length, magnitude=mag,
+    failure = fuzzkit.oracles.close(want, got, dtype="float32", reduction_length=length, magnitude=mag,
                             name="candidate_distances")
     if failure is not None:
         problems.append(failure.message)
@@ -117,7 +117,7 @@ def check_kernels(index: ann_index.Index, queries: np.ndarray) -> list[str]:
     if not np.array_equal(visited, numpy_visited):
         problems.append("expand: visited flags differ from the NumPy hook")
     want, mag, length = reference_distances(index, q, new_ids)
-    failure = oracles.close(want, new_dist, dtype="float32", reduction_length=length,
+    failure = fuzzkit.oracles.close(want, new_dist, dtype="float32", reduction_length=length,
                             magnitude=mag, name="expand_distances")
     if failure is not None:
         problems.append(failure.message)

@@ -11,7 +11,7 @@ query-time indexer (scoring + selection); AttentionIndex's build is reported sep
 
 Then the statistical comparison "AttentionIndex misses no more than HiSA at an equal candidate
 budget": paired per-query recall over ``--seeds`` seeds at the middle context, Hoeffding at 99 %
-(:func:`oracles.recall.compare_recall`).  Reported, not asserted.
+(:func:`fuzzkit.oracles.recall.compare_recall`).  Reported, not asserted.
 
 Run: ``python benchmarks/attention_index.py [--contexts 1024 4096 16384]``.
 """
@@ -30,9 +30,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from oracles.recall import compare_recall, hoeffding_radius, recall_at_k  # noqa: E402
-from targets.attention_index import index, model  # noqa: E402
-from targets.scheduling.metrics import print_table  # noqa: E402
+from fuzzkit.oracles.recall import compare_recall, hoeffding_radius, recall_at_k  # noqa: E402
+from fuzzkit.targets.attention_index import index, model  # noqa: E402
+from fuzzkit.targets.scheduling.metrics import print_table  # noqa: E402
 
 
 def make_case(s: int, args: argparse.Namespace, seed: int) -> dict[str, Any]:

@@ -8,9 +8,9 @@ One prefill-tail batch: ``T`` queries at the last ``T`` of ``S`` positions, ``H`
 of dimension ``d``.  It times (after one warm-up call) representative scoring on ``G``
 representatives, member scoring on per-row candidate lists of ``M`` keys (random distinct ids,
 some in the future, ``-1`` padded -- the in-kernel causal mask is exercised), and top-k of the
-member scores, each as a Triton kernel (:mod:`targets.attention_index.kernels`) and as the NumPy
-hook (:mod:`targets.attention_index.index`); then one whole ``hisa`` search through
-:mod:`targets.attention_index.triton_impl` against the NumPy search (agreeing ids).
+member scores, each as a Triton kernel (:mod:`fuzzkit.targets.attention_index.kernels`) and as the NumPy
+hook (:mod:`fuzzkit.targets.attention_index.index`); then one whole ``hisa`` search through
+:mod:`fuzzkit.targets.attention_index.triton_impl` against the NumPy search (agreeing ids).
 
 Checks (exit status 1 on a mismatch): both scoring kernels within the float32 bound of float64
 references on the first ``CHECK_ROWS`` rows, top-k ids exactly the NumPy hook's (the selection
@@ -40,9 +40,9 @@ triton_support.prepare()
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-import oracles  # noqa: E402
-from targets.attention_index import index as ai_index  # noqa: E402
-from targets.attention_index import kernels, triton_impl  # noqa: E402
+import fuzzkit.oracles  # noqa: E402
+from fuzzkit.targets.attention_index import index as ai_index  # noqa: E402
+from fuzzkit.targets.attention_index import kernels, triton_impl  # noqa: E402
 
 CHECK_ROWS = 16
 
@@ -102,7 +102,7 @@ def main() -> int:
     k_rep, got_rep = timed(lambda: kernels.score_representatives(qd, wd, rd), args.reps)
     n_rep, _ = timed(lambda: ai_index.score_representatives(q, w, reps), args.reps)
     want, mag = reference(q[:CHECK_ROWS], w[:CHECK_ROWS], reps)
-    fail = oracles.close(want, got_rep.cpu().numpy()[:CHECK_ROWS], dtype="float32",
+    fail = fuzzkit.oracles.close(want, got_rep.cpu().numpy()[:CHECK_ROWS], dtype="float32",
                          reduction_length=d + h + 2, magnitude=mag, name="score_representatives")
     ok &= fail is None
     print(f"score_representatives T={t} H={h} d={d} G={g}: triton {k_rep * 1e3:9.3f} ms  "
@@ -117,7 +117,7 @@ def main() -> int:
     r = np.arange(c.shape[0])[:, None]
     want = np.where(live, full[r, np.maximum(c, 0)], -np.inf)
     mag = np.where(live, fmag[r, np.maximum(c, 0)], 0.0)
-    fail = oracles.close(want, got_mem.cpu().numpy()[rows], dtype="float32",
+    fail = fuzzkit.oracles.close(want, got_mem.cpu().numpy()[rows], dtype="float32",
                          reduction_length=d + h + 2, magnitude=mag, name="score_members")
     ok &= fail is None
     print(f"score_members         T={t} H={h} d={d} M={m}: triton {k_mem * 1e3:9.3f} ms  "

@@ -8,16 +8,16 @@ For each size ``n`` and seed: ``generate.random_graph(rng, n, ops)`` (``--ops``:
 elementwise-heavy mix, so that a sub feeding a mul in one fused kernel is common) with
 ``values.random_values``; a
 single-op mutant and a fusion-only mutant of the in-project fusing compiler
-(``targets.compiler.mutants``) are applied; graphs whose whole output does not fail under the
+(``fuzzkit.targets.compiler.mutants``) are applied; graphs whose whole output does not fail under the
 mutant are skipped (the next seed is drawn, up to ``--tries`` per row).  On each failing graph:
 
-* bisect: :func:`targets.compiler.bisect.bisect` (the original run, the prefix bisection, the
+* bisect: :func:`fuzzkit.targets.compiler.bisect.bisect` (the original run, the prefix bisection, the
   window and the confirmation re-run all counted);
 * minifier: ``minifier(gm, inputs, module_fails)``; ``module_fails`` compiles the fx graph with
   the mutant fusing compiler and judges it against float64 with the ``compiler`` target's oracle
   and per-node error bounds, requiring the same dtype and error class as the original failure.
 
-Compile calls are read from ``targets.compiler.compile_calls()``.  "correct?" means: the final
+Compile calls are read from ``fuzzkit.targets.compiler.compile_calls()``.  "correct?" means: the final
 graph contains the mutated op (single-op) or both ops of the fused pair (fusion-only), and still
 fails.  The goal: bisect <= log2(n)+3 compile calls on single-op bugs, and >= 4x fewer than the
 minifier.  Under the Triton interpreter every fused kernel launch costs milliseconds: tensors are
@@ -51,7 +51,7 @@ import torch  # noqa: E402
 import torch.fx  # noqa: E402
 
 from fuzzkit.runner import check_case  # noqa: E402
-from targets.compiler.bisect import bisect, round_to_dtype, same_bug  # noqa: E402
+from fuzzkit.targets.compiler.bisect import bisect, round_to_dtype, same_bug  # noqa: E402
 
 #: Which ops each known mutant miscompiles: one op (single-op bug) or a producer -> consumer pair
 #: fused into one kernel (fusion-only bug).  Mutants not listed are looked up by keyword.
@@ -77,7 +77,7 @@ class _MinifierTimeout(Exception):
 
 
 def _compiler() -> Any:
-    import targets.compiler as tc
+    import fuzzkit.targets.compiler as tc
 
     return tc, tc.target()
 
@@ -91,7 +91,7 @@ def _ops_of_mutant(mutant: Any) -> tuple[str, ...]:
     if mutant.name in MUTANT_OPS:
         return MUTANT_OPS[mutant.name]
     try:
-        from targets.compiler import mutants as m
+        from fuzzkit.targets.compiler import mutants as m
 
         table = getattr(m, "MUTANT_OPS", None) or getattr(m, "OPS_OF", None)
         if table and mutant.name in table:
@@ -99,7 +99,7 @@ def _ops_of_mutant(mutant: Any) -> tuple[str, ...]:
             return tuple(v) if isinstance(v, (list, tuple)) else (v,)
     except ImportError:
         pass
-    from targets.compiler.graphs.ops import OPS
+    from fuzzkit.targets.compiler.graphs.ops import OPS
 
     words = mutant.name.replace("-", "_").split("_")
     return tuple(w for w in words if w in OPS)
@@ -107,7 +107,7 @@ def _ops_of_mutant(mutant: Any) -> tuple[str, ...]:
 
 def make_values(rng: np.random.Generator, graph: dict, dtype: str) -> list[np.ndarray]:
     try:  # H1's NumPy value maker, when there is one
-        from targets.compiler.graphs import values as gv
+        from fuzzkit.targets.compiler.graphs import values as gv
 
         fn = getattr(gv, "random_values", None)
         if fn is not None:
@@ -123,7 +123,7 @@ def make_values(rng: np.random.Generator, graph: dict, dtype: str) -> list[np.nd
 
 def fx_to_graph(gm: torch.fx.GraphModule, inps: list[torch.Tensor]) -> tuple[dict, list]:
     """A (minifier-edited) fx GraphModule back to the JSON graph, with shapes from a run."""
-    from targets.compiler.graphs.ops import OPS
+    from fuzzkit.targets.compiler.graphs.ops import OPS
 
     fn_to_op = {spec.torch_fn: name for name, spec in OPS.items()}
     shapes: dict[str, list[int]] = {}
@@ -157,7 +157,7 @@ def run_minifier(target: Any, impl: Any, inputs: dict, original: Any, tc: Any,
                  timeout: float) -> dict[str, Any]:
     from torch._functorch.fx_minifier import minifier
 
-    from targets.compiler.graphs import build
+    from fuzzkit.targets.compiler.graphs import build
 
     dtype = inputs["dtype"]
     gm = build.to_graph_module(inputs["graph"])
@@ -224,7 +224,7 @@ def main(argv: Optional[list[str]] = None) -> int:
               else tuple(args.ops.split(",")))
     seeds = 1 if args.quick else args.seeds
 
-    from targets.compiler.graphs import generate
+    from fuzzkit.targets.compiler.graphs import generate
 
     tc, target = _compiler()
     impl = target.implementation("fusing")

@@ -9,8 +9,8 @@ Prints the time per launch of
 - ``paged_attention`` for decode (``q_len = 1`` per request over its whole context) and for
   chunked prefill (a chunk of new tokens after a cached context);
 
-each unguarded and guarded (:func:`~targets.paged_kv.kernels.write_kv_guarded`,
-:func:`~targets.paged_kv.kernels.paged_attention_guarded`, with a correct shadow, so the checks
+each unguarded and guarded (:func:`~fuzzkit.targets.paged_kv.kernels.write_kv_guarded`,
+:func:`~fuzzkit.targets.paged_kv.kernels.paged_attention_guarded`, with a correct shadow, so the checks
 run and record nothing), and the ratio guarded / plain -- the device-side share of KVGuard's
 overhead (the KVGuard paper reports +3.0 % / +7.4 % time per output token end to end on vLLM /
 SGLang).
@@ -25,7 +25,7 @@ checked once, after timing, at the benchmark's own shapes -- the native-CUDA cor
 of the paged kernels at realistic sizes (``scripts/gpu_check.sh`` runs it for the default dtype
 and for float64): ``write_kv`` must leave the written rows in their slots bit for bit, and
 ``paged_attention`` (plain and guarded) must match the float64 reference of
-:mod:`targets.paged_kv.attention_reference` on the last ``CHECK_QUERIES`` queries of the first
+:mod:`fuzzkit.targets.paged_kv.attention_reference` on the last ``CHECK_QUERIES`` queries of the first
 ``CHECK_REQUESTS`` requests, with K/V gathered from the cache through the block table -- within
 the derived bound for float32/float16/bfloat16 storage, and within
 ``FLOAT64_RELATIVE_TOLERANCE`` of ``sum_j p_j |v_j|`` for float64 storage (float64
@@ -53,7 +53,7 @@ triton_support.prepare()
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from targets.paged_kv import attention_reference, kernels  # noqa: E402
+from fuzzkit.targets.paged_kv import attention_reference, kernels  # noqa: E402
 
 DTYPES = {"fp32": torch.float32, "float32": torch.float32, "fp16": torch.float16,
           "float16": torch.float16, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,

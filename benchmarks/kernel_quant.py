@@ -4,9 +4,9 @@
 
 Prints query-vector pairs scored per second for
 
-- ``triton``: :mod:`targets.quant.kernels` -- codes stay 1-2 bytes per coordinate in memory and
+- ``triton``: :mod:`fuzzkit.targets.quant.kernels` -- codes stay 1-2 bytes per coordinate in memory and
   the centroids are gathered inside the kernel;
-- ``numpy``: :func:`targets.quant.numpy_impl.score` -- decodes (gathers) then one float32 matmul,
+- ``numpy``: :func:`fuzzkit.targets.quant.numpy_impl.score` -- decodes (gathers) then one float32 matmul,
   on the CPU;
 - ``torch``: ``(q @ decoded.T) * scale`` with the decoded float32 vectors materialized on the
   device beforehand (4 bytes per coordinate: the memory turbo8 saves; gather time not counted).
@@ -37,7 +37,7 @@ triton_support.prepare()
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from targets.quant import kernels, numpy_impl, reference  # noqa: E402
+from fuzzkit.targets.quant import kernels, numpy_impl, reference  # noqa: E402
 
 
 def timed(fn: Callable[[], object], sync: Callable[[], None], min_seconds: float = 0.5,

@@ -1,11 +1,11 @@
 """KVGuard's cost on the manager: time per step of the optimized manager, guard off vs on.
 
 The same fixed set of programs (drawn once from the paged_kv strategy with a seed) is driven
-through :class:`~targets.paged_kv.optimized.OptimizedManager` three ways, interleaved round by
+through :class:`~fuzzkit.targets.paged_kv.optimized.OptimizedManager` three ways, interleaved round by
 round so machine noise hits all three alike:
 
 * ``off``     — ``NULL_GUARD``: the events are empty calls (what production pays when off);
-* ``events``  — a live :class:`~oracles.kvguard.KVGuard` receiving every event (class-1 checks
+* ``events``  — a live :class:`~fuzzkit.oracles.kvguard.KVGuard` receiving every event (class-1 checks
   that run per event: double allocation, free of a block not held, hits pinned first);
 * ``full``    — events plus the per-step checks (manager vs shadow, block tables).
 
@@ -30,10 +30,10 @@ from typing import Any  # noqa: E402
 
 from hypothesis import HealthCheck, given, seed, settings  # noqa: E402
 
-from oracles.kvguard import NULL_GUARD, KVGuard  # noqa: E402
-from targets.paged_kv.optimized import OptimizedManager  # noqa: E402
-from targets.paged_kv.protocol import Config  # noqa: E402
-from targets.paged_kv.strategies import inputs  # noqa: E402
+from fuzzkit.oracles.kvguard import NULL_GUARD, KVGuard  # noqa: E402
+from fuzzkit.targets.paged_kv.optimized import OptimizedManager  # noqa: E402
+from fuzzkit.targets.paged_kv.protocol import Config  # noqa: E402
+from fuzzkit.targets.paged_kv.strategies import inputs  # noqa: E402
 
 #: Manager calls of a program op (the driver's KV model is not part of what is measured).
 CALLS = {

@@ -26,8 +26,8 @@ from typing import Any, Callable  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from targets.scheduling.policies import optimized, reference  # noqa: E402
-from targets.scheduling.policies.base import Waiting  # noqa: E402
+from fuzzkit.targets.scheduling.policies import optimized, reference  # noqa: E402
+from fuzzkit.targets.scheduling.policies.base import Waiting  # noqa: E402
 
 #: (label, registry name, params): lpm without its FCFS fallback, or past 128 waiting requests it
 #: would only measure FCFS; fairway with a budget of a few dozen typical prefills.

@@ -44,7 +44,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import triton  # noqa: E402
 
-from targets.scute import kernels, lora_baseline  # noqa: E402
+from fuzzkit.targets.scute import kernels, lora_baseline  # noqa: E402
 
 CHECK_ROWS = 8
 DTYPES = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}

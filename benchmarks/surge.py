@@ -44,12 +44,12 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from targets.scheduling import metrics, workload  # noqa: E402
-from targets.scheduling.memory import OptimizedKVMemory  # noqa: E402
-from targets.scheduling.policies import optimized as policies  # noqa: E402
-from targets.scheduling.routers import optimized as routers  # noqa: E402
-from targets.scheduling.sim import simulate  # noqa: E402
-from targets.scheduling.workload import SECOND  # noqa: E402
+from fuzzkit.targets.scheduling import metrics, workload  # noqa: E402
+from fuzzkit.targets.scheduling.memory import OptimizedKVMemory  # noqa: E402
+from fuzzkit.targets.scheduling.policies import optimized as policies  # noqa: E402
+from fuzzkit.targets.scheduling.routers import optimized as routers  # noqa: E402
+from fuzzkit.targets.scheduling.sim import simulate  # noqa: E402
+from fuzzkit.targets.scheduling.workload import SECOND  # noqa: E402
 
 BLOCK = 16
 SLO = 2 * SECOND

@@ -23,8 +23,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Optional, Sequence
 
-from targets.paged_kv.optimized import OptimizedManager, thresholds
-from targets.paged_kv.protocol import Allocation, Config
+from fuzzkit.targets.paged_kv.optimized import OptimizedManager, thresholds
+from fuzzkit.targets.paged_kv.protocol import Allocation, Config
 
 
 @dataclasses.dataclass
@@ -63,7 +63,7 @@ class EngineAdapter:
     """fuzzkit's protocol on top of :class:`Engine`."""
 
     #: The sizes where the engine's code changes path (its block tables' rows and width), for
-    #: fuzzkit's strategy to aim at (optional; see ``targets.paged_kv.manager_implementation``).
+    #: fuzzkit's strategy to aim at (optional; see ``fuzzkit.targets.paged_kv.manager_implementation``).
     thresholds = staticmethod(thresholds)
 
     def __init__(self, config: Config) -> None:

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from targets.quant import numpy_impl
+from fuzzkit.targets.quant import numpy_impl
 
 
 def run(inputs: dict[str, Any]) -> dict[str, Any]:
     """turbo8/16 encode + scoring, with the query quantized before scoring (the bug)."""
-    from targets.quant.mutants import MUTANTS
+    from fuzzkit.targets.quant.mutants import MUTANTS
 
     [query_quantized] = [m for m in MUTANTS if m.name == "query-quantized"]
     with query_quantized.applied():

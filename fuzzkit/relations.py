@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping
 
-import oracles
+import fuzzkit.oracles
 from fuzzkit.failure import Failure
 
 
@@ -13,7 +13,7 @@ def deterministic(
 ) -> Failure | None:
     """The same inputs twice give bit-identical outputs: every random choice must flow from a
     seed in the inputs, or a saved case would not replay the same way."""
-    failure = oracles.exact(dict(impl(inputs)), dict(impl(inputs)), name="rerun")
+    failure = fuzzkit.oracles.exact(dict(impl(inputs)), dict(impl(inputs)), name="rerun")
     return (
         None
         if failure is None

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import importlib.util
 import os
 import signal
 import sys
@@ -24,7 +25,26 @@ from fuzzkit.failure import Failure
 from fuzzkit.target import Implementation, Inputs, Target, Unsupported, lazy
 
 _PROJECT_ROOT = Path(__file__).resolve().parent.parent
-_HARNESS_DIRS = tuple(str(_PROJECT_ROOT / d) + os.sep for d in ("fuzzkit", "oracles"))
+
+
+def _package_folder(name: str) -> str:
+    """Where package ``name`` lives (found, not imported), with a trailing separator."""
+    spec = importlib.util.find_spec(name)
+    locations = list(spec.submodule_search_locations or []) if spec else []
+    return (os.path.abspath(locations[0]) + os.sep) if locations else ""
+
+
+#: The harness's folders: fuzzkit's engine and its oracles, but not the targets (code under
+#: test) that are installed inside the fuzzkit package (setup.py maps them there).
+_FUZZKIT_DIR = str(Path(__file__).resolve().parent) + os.sep
+_ORACLES_DIR = _package_folder("fuzzkit.oracles")
+_TARGETS_DIR = _package_folder("fuzzkit.targets")
+
+
+def _is_harness_path(path: str) -> bool:
+    if _ORACLES_DIR and path.startswith(_ORACLES_DIR):
+        return True
+    return path.startswith(_FUZZKIT_DIR) and not (_TARGETS_DIR and path.startswith(_TARGETS_DIR))
 
 
 class CaseTimeout(Exception):
@@ -213,7 +233,20 @@ def crash_failure(exc: BaseException, *, where: str, code: CodeUnderTest | None 
 
 
 #: Packages that are never code under test: fuzzkit's engine and its oracles are the harness.
-_HARNESS_PACKAGES = frozenset({"fuzzkit", "oracles"})
+_HARNESS_PACKAGES = frozenset({"fuzzkit", "fuzzkit.oracles"})
+
+#: Sub-packages of fuzzkit that count as packages of their own when blaming a frame.
+_NESTED_PACKAGES = ("fuzzkit.targets", "fuzzkit.oracles")
+
+
+def package_of(module: str) -> str:
+    """The package a module belongs to for blame: its top-level package, except that the
+    targets and oracles installed under ``fuzzkit`` are packages of their own (a built-in
+    implementation is code under test; fuzzkit's engine is not)."""
+    for nested in _NESTED_PACKAGES:
+        if module == nested or module.startswith(nested + "."):
+            return nested
+    return module.partition(".")[0]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -225,7 +258,7 @@ class CodeUnderTest:
     pip-installed engine "library code" and blame the driver that called it.  ``drivers`` are
     modules that call into the implementation (the target's ``sources``, the module of its
     reference, an ``--impl`` object's wrapper): never blamed while a frame of the
-    implementation exists, though they may share its top-level package (``targets``).
+    implementation exists, though they may share its package (``fuzzkit.targets``).
     """
 
     packages: frozenset[str] = frozenset()
@@ -234,7 +267,7 @@ class CodeUnderTest:
     def owns(self, module: str | None) -> bool:
         return (
             module is not None
-            and module.partition(".")[0] in self.packages
+            and package_of(module) in self.packages
             and module not in self.drivers
         )
 
@@ -249,7 +282,7 @@ def code_under_test(target: Target, impl: Implementation) -> CodeUnderTest:
     drivers = {*target.sources, _module_of_callable(target.reference)}
     spec_module, sep, attr = impl.name.partition(":")
     if sep and spec_module and attr:
-        if module and module.partition(".")[0] != spec_module.partition(".")[0]:
+        if module and package_of(module) != package_of(spec_module):
             drivers.add(module)  # the target's adapter (adapt_external) wrapping the object
         module = spec_module
         # Already imported by --impl; never imported here (the name may come from a report).
@@ -257,13 +290,13 @@ def code_under_test(target: Target, impl: Implementation) -> CodeUnderTest:
         for part in attr.split("."):
             found = getattr(found, part, None)
         objects.append(found)
-    packages = {module.partition(".")[0]} if module else set()
+    packages = {package_of(module)} if module else set()
     for obj in objects:
         declared = getattr(obj, "code_under_test", ())
         if isinstance(declared, str):
             declared = (declared,)
         if isinstance(declared, (tuple, list, frozenset, set)):
-            packages.update(str(p).partition(".")[0] for p in declared)
+            packages.update(package_of(str(p)) for p in declared)
     return CodeUnderTest(
         frozenset(packages - _HARNESS_PACKAGES - {"__main__", ""}),
         frozenset(d for d in drivers if d),
@@ -291,11 +324,11 @@ def innermost_user_frame(
     if code is not None:
         for func, module in reversed(frames):
             path = os.path.abspath(func.co_filename)
-            if code.owns(module) and not path.startswith(_HARNESS_DIRS):
+            if code.owns(module) and not _is_harness_path(path):
                 return _relative_path(func.co_filename, module), func.co_name
     for func, module in reversed(frames):
         path = os.path.abspath(func.co_filename)
-        if path.startswith(_HARNESS_DIRS) or _is_library(path):
+        if _is_harness_path(path) or _is_library(path):
             continue
         return _relative_path(func.co_filename, module), func.co_name
     if frames:

@@ -15,11 +15,11 @@ index, size or value -- so that shrinking keeps chasing the same bug and finding
   :func:`program_trace` adds the driver's first invariant violation, naming its step.
 """
 
-from oracles.close import close, error_bound, ulp, unit_roundoff
-from oracles.exact import exact
-from oracles.recall import compare_recall, recall, recall_at_k
-from oracles.topk import topk
-from oracles.trace import program_trace, trace
+from fuzzkit.oracles.close import close, error_bound, ulp, unit_roundoff
+from fuzzkit.oracles.exact import exact
+from fuzzkit.oracles.recall import compare_recall, recall, recall_at_k
+from fuzzkit.oracles.topk import topk
+from fuzzkit.oracles.trace import program_trace, trace
 
 __all__ = [
     "close",

@@ -10,7 +10,7 @@ attribute lookup and an empty call.
 Shadow state per block: state (free / owned / shared / cached), holders, the epoch (bumped on
 every free, so a table entry taken in an earlier epoch is recognisably stale), a per-slot
 *written* bitmap and the token position written in each slot (these two live as device tensors,
-because the guarded kernels read and update them; see :mod:`targets.paged_kv.kernels`).
+because the guarded kernels read and update them; see :mod:`fuzzkit.targets.paged_kv.kernels`).
 
 Five check classes (docs/COMPONENTS.md §1), each a :class:`GuardViolation` naming the class, block,
 slot, request and step:
@@ -41,7 +41,7 @@ from typing import Any, Sequence
 
 CLASSES = ("allocation", "table", "translation", "read", "write")
 
-#: Device record codes (see targets.paged_kv.kernels) -> (class, check name).
+#: Device record codes (see fuzzkit.targets.paged_kv.kernels) -> (class, check name).
 DEVICE_CODES = {
     41: ("read", "not-readable"),
     42: ("read", "unwritten"),
@@ -475,7 +475,7 @@ class KVGuard:
 
 @dataclasses.dataclass
 class DeviceShadow:
-    """The guard's tensors on the kernel device (layout: targets.paged_kv.kernels)."""
+    """The guard's tensors on the kernel device (layout: fuzzkit.targets.paged_kv.kernels)."""
 
     block_owner: Any  # int32 [num_blocks]: exclusive owner, -1 free, -2 shared read-only
     readable: Any  # int8 [max_requests, num_blocks]

@@ -35,7 +35,7 @@ def recall_at_k(
     reference score reaches the k-th best score is also a hit, so that ties broken differently
     from the brute-force reference are not misses; then ``true_ids`` may be None and ``|true|``
     is the number of candidates (scores that are neither NaN nor the worst infinity, as in
-    :func:`oracles.topk.topk`).  A query with nothing to find has recall 1.
+    :func:`fuzzkit.oracles.topk.topk`).  A query with nothing to find has recall 1.
     """
     found = _rows(found_ids)[:, :k]
     if true_ids is None and ref_scores is None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any, Callable, Mapping, Sequence
 
 from fuzzkit.failure import Failure
-from oracles.exact import exact
+from fuzzkit.oracles.exact import exact
 
 Compare = Callable[[Any, Any], Failure | None]
 
@@ -26,9 +26,9 @@ def trace(
 ) -> Failure | None:
     """Return None when every step's observation agrees, else the first diverging step.
 
-    ``compare(expected_step, actual_step)`` defaults to :func:`oracles.exact.exact` (whose paths
-    are then rooted at ``step``, e.g. ``step['free_blocks'][2]``).  When all common steps agree
-    but the lengths differ, the first missing or extra step is reported with the tail
+    ``compare(expected_step, actual_step)`` defaults to :func:`fuzzkit.oracles.exact.exact`
+    (whose paths are then rooted at ``step``, e.g. ``step['free_blocks'][2]``).  When all common
+    steps agree but the lengths differ, the first missing or extra step is reported with the tail
     ``missing_step`` or ``extra_step``.  The op is the ``"op"`` key of the reference's step (of
     the actual step for an extra one), or ``step`` when there is none.
 

@@ -2,10 +2,10 @@
 
 Generates ``--cases`` inputs from the target's own strategy (derandomized: the same cases on
 every run), runs the reference and an implementation, and applies the two recall claims of
-:func:`targets.ann.checks.check_recall` separately:
+:func:`fuzzkit.targets.ann.checks.check_recall` separately:
 
 * ``paired``: the implementation loses no recall against the reference (``compare_recall``);
-* ``absolute``: where :func:`targets.ann.checks.recall_claim` states a bound, mean recall@k on
+* ``absolute``: where :func:`fuzzkit.targets.ann.checks.recall_claim` states a bound, mean recall@k on
   the ``recall-claim`` property's seeded in-distribution queries reaches it (``recall``).
 
 Prints how many cases each claim applied to, how many raised an alarm (a false alarm: the code
@@ -27,9 +27,9 @@ from hypothesis import HealthCheck, given, seed, settings
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from oracles.recall import compare_recall, hoeffding_radius, recall  # noqa: E402
-from targets.ann import brute, checks, index, properties, reference, strategies  # noqa: E402
-from targets.ann.model import Params  # noqa: E402
+from fuzzkit.oracles.recall import compare_recall, hoeffding_radius, recall  # noqa: E402
+from fuzzkit.targets.ann import brute, checks, index, properties, reference, strategies  # noqa: E402
+from fuzzkit.targets.ann.model import Params  # noqa: E402
 
 
 def main() -> int:

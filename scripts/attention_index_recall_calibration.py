@@ -2,7 +2,7 @@
 
 Draws ``--cases`` random HiSA / AttentionIndex cases (S 32..96, every data kind of the strategy,
 random block / groups / probes / chunk / sink / local), runs the ``recall-claim`` property of
-:mod:`targets.attention_index.properties` on the NumPy implementation and counts how often it
+:mod:`fuzzkit.targets.attention_index.properties` on the NumPy implementation and counts how often it
 fires (it is claimed for AttentionIndex only), with the smallest and mean margin
 mean(recall@k) - mean(share of keys scored) per method (HiSA's margins shown for comparison).
 
@@ -20,7 +20,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from targets.attention_index import index, properties, strategies  # noqa: E402
+from fuzzkit.targets.attention_index import index, properties, strategies  # noqa: E402
 
 
 def case(seed: int) -> dict:

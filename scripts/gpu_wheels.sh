@@ -19,8 +19,8 @@ ls -la .whl
 # The real-engine sources the kernel adapters import (vLLM's Triton kernels), extracted from the
 # pinned, hash-checked wheels: copied into .engines/ (git-ignored) to carry alongside .whl.
 "$PY" - <<'PYEOF'
-from targets.paged_kv.adapters import vllm_kernels
-from targets.scute.adapters import vllm_punica
+from fuzzkit.targets.paged_kv.adapters import vllm_kernels
+from fuzzkit.targets.scute.adapters import vllm_punica
 for adapter in (vllm_kernels, vllm_punica):
     adapter.modules()  # extracts what each imports (fetching the wheel once if needed)
 PYEOF

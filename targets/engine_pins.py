@@ -2,7 +2,7 @@
 
 One place for the pins so that the vLLM KV-manager adapter and the vLLM kernel adapters load
 the same release, and ``.ci/run`` downloads exactly these files once into the cache
-(``python -m targets.engine_pins --fetch``; without ``--fetch`` it prints the requirements).
+(``python -m fuzzkit.targets.engine_pins --fetch``; without ``--fetch`` it prints the requirements).
 Moving a pin means re-running each adapter's clean campaign and mutant table (see the README
 section on real engines).
 """

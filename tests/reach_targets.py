@@ -21,7 +21,7 @@ from unittest import mock
 import numpy as np
 from hypothesis import strategies as st
 
-import oracles
+import fuzzkit.oracles
 from fuzzkit import reach, values
 from fuzzkit.target import Implementation, Mutant, Target
 
@@ -65,7 +65,7 @@ def reference(inputs: dict[str, Any]) -> dict[str, Any]:
 def oracle(inputs: dict[str, Any], expected: dict[str, Any], actual: dict[str, Any]) -> Any:
     x = np.asarray(inputs["x"], dtype=np.float64)
     magnitude = np.abs(x).sum(axis=1) * abs(inputs["scale"])
-    return oracles.close(expected["sums"], actual["sums"], dtype="float64",
+    return fuzzkit.oracles.close(expected["sums"], actual["sums"], dtype="float64",
                          reduction_length=max(1, x.shape[1]), magnitude=magnitude, name="sums")
 
 

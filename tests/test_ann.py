@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from fuzzkit.registry import get_target
 from fuzzkit.runner import check_case
 from fuzzkit.target import Target
-from targets.ann import brute, checks, index, ivf, model, reference, strategies
+from fuzzkit.targets.ann import brute, checks, index, ivf, model, reference, strategies
 
 
 def make_case(seed: int = 0, n: int = 60, dim: int = 8, q: int = 8, inserted: int = 0,

@@ -1,4 +1,4 @@
-"""FAISS IVF-Flat and HNSW as black-box ``ann`` implementations (targets.ann.adapters).
+"""FAISS IVF-Flat and HNSW as black-box ``ann`` implementations (fuzzkit.targets.ann.adapters).
 
 The adapters run the real faiss-cpu; they are judged by validity and recall only.  Shown here:
 clean results are valid and reach the stated recall on small cases, the black-box oracle fails a
@@ -24,9 +24,9 @@ from fuzzkit.mutation import run_mutant
 from fuzzkit.registry import get_target
 from fuzzkit.runner import check_case
 from fuzzkit.target import Target
-from targets.ann import reference
-from targets.ann.adapters import faiss_impl, judge
-from targets.ann.adapters.faiss_mutants import MUTANTS
+from fuzzkit.targets.ann import reference
+from fuzzkit.targets.ann.adapters import faiss_impl, judge
+from fuzzkit.targets.ann.adapters.faiss_mutants import MUTANTS
 
 IMPLS = ("faiss-ivf", "faiss-hnsw")
 

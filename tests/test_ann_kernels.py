@@ -16,7 +16,7 @@ from typing import Any, Optional
 import numpy as np
 import pytest
 
-import oracles
+import fuzzkit.oracles
 from fuzzkit import triton_support
 from fuzzkit.testing import first_failure
 
@@ -27,8 +27,8 @@ if triton_support.unavailable():  # pragma: no cover - torch/triton are dev depe
 
 import torch  # noqa: E402
 
-from targets.ann import kernel_mutants, kernels  # noqa: E402
-from targets.ann.bounds import reference_distances  # noqa: E402
+from fuzzkit.targets.ann import kernel_mutants, kernels  # noqa: E402
+from fuzzkit.targets.ann.bounds import reference_distances  # noqa: E402
 
 
 # ============================================================================ float64 references
@@ -59,7 +59,7 @@ def reference_expand(frontier: np.ndarray, graph: np.ndarray, visited: np.ndarra
 
 def _turbo_case(rng: np.random.Generator, n: int, q: int, dim: int, bits: int
                 ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-    from targets.quant import reference
+    from fuzzkit.targets.quant import reference
 
     book = reference.codebook("lloyd_max", bits)
     codes = rng.integers(0, 1 << bits, (n, dim)).astype(reference.codes_dtype(bits))
@@ -103,7 +103,7 @@ def distance_failure(queries: np.ndarray, stored: np.ndarray, ids: np.ndarray, m
                      turbo: Optional[dict[str, np.ndarray]] = None, **blocks: int) -> Any:
     got = run_distances(queries, stored, ids, metric, turbo, **blocks)
     want, magnitude, length = reference_distances(queries, stored, ids, metric, turbo)
-    return oracles.close(want, got, dtype="float32", reduction_length=length,
+    return fuzzkit.oracles.close(want, got, dtype="float32", reduction_length=length,
                          magnitude=magnitude, name="candidate_distances")
 
 
@@ -232,7 +232,7 @@ def expand_failure(frontier: np.ndarray, graph: np.ndarray, visited: np.ndarray,
     if not np.array_equal(got_visited, want_visited):
         return "visited differs"
     want, magnitude, length = reference_distances(queries, stored, want_ids, metric, turbo)
-    failure = oracles.close(want, got_dist, dtype="float32", reduction_length=length,
+    failure = fuzzkit.oracles.close(want, got_dist, dtype="float32", reduction_length=length,
                             magnitude=magnitude, name="expand_distances")
     return None if failure is None else failure.message
 
@@ -379,7 +379,7 @@ def test_turbo_scale_dropped_mutant_is_caught() -> None:
 def test_chunk_verdict_mutant_is_caught_only_past_the_chunk() -> None:
     """Rows no wider than one dedup chunk are deduplicated right even when each chunk's verdict
     overwrites the last; one chunk more and a duplicate of an earlier chunk is emitted twice."""
-    from targets.ann import tiles
+    from fuzzkit.targets.ann import tiles
 
     chunk = tiles.current().chunk
     rng = np.random.default_rng(6)
@@ -399,7 +399,7 @@ def test_chunk_verdict_mutant_is_caught_only_past_the_chunk() -> None:
 def test_qnorm_local_row_mutant_is_caught_only_past_the_row_tile() -> None:
     """turbo l2 reads ||q||^2 per row: a launch of BLOCK_Q rows is one program and right; one
     more row starts a second program, whose rows read the first program's norms."""
-    from targets.ann import tiles
+    from fuzzkit.targets.ann import tiles
 
     rows = tiles.current().dist_q
     rng = np.random.default_rng(8)
@@ -442,8 +442,8 @@ def test_triton_search_matches_numpy_search(storage: str, metric: str, rerank: b
     """Same index, same shared NumPy selection: the kernel hooks give the NumPy hooks' ids and
     visited counts (float32 distances of continuous random data: no near ties) -- with the
     visited array shared (interpreter) and mirrored on the device (the GPU path)."""
-    from targets.ann import index as ann_index
-    from targets.ann import triton_impl
+    from fuzzkit.targets.ann import index as ann_index
+    from fuzzkit.targets.ann import triton_impl
 
     inputs = _inputs(storage, metric, seed=len(storage) + inserted, rerank=rerank,
                      inserted=inserted)
@@ -469,8 +469,8 @@ def test_triton_search_matches_numpy_search(storage: str, metric: str, rerank: b
 def test_kernel_mutants_change_the_search(name: str, storage: str) -> None:
     """Through the whole implementation: each mutant changes the returned ids or distances
     (duplicate ids for ``dedup-race``) on a small case, and the clean kernels are restored."""
-    from targets.ann import index as ann_index
-    from targets.ann import triton_impl
+    from fuzzkit.targets.ann import index as ann_index
+    from fuzzkit.targets.ann import triton_impl
 
     inputs = _inputs(storage, "l2", seed=11)
     inputs.update(E=6, R=8, T=3)  # a wide beam: frontier nodes share neighbours
@@ -491,7 +491,7 @@ def test_kernel_mutants_change_the_search(name: str, storage: str) -> None:
 
 @pytest.fixture(scope="module")
 def ann() -> Any:
-    from targets.ann import target as make_target
+    from fuzzkit.targets.ann import target as make_target
 
     target = make_target()
     reason = target.implementation("triton").unavailable()

@@ -12,8 +12,8 @@ import pytest
 from fuzzkit.registry import get_target
 from fuzzkit.runner import check_case
 from fuzzkit.target import Target
-from targets.ann import checks, index, model, reference, strategies
-from targets.ann.mutants import MUTANTS
+from fuzzkit.targets.ann import checks, index, model, reference, strategies
+from fuzzkit.targets.ann.mutants import MUTANTS
 from test_ann import make_case
 
 

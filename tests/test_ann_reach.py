@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from fuzzkit import reach
 from fuzzkit.registry import get_target
 from fuzzkit.target import Target
-from targets.ann import checks, index, model, reference, strategies, thresholds, tiles
+from fuzzkit.targets.ann import checks, index, model, reference, strategies, thresholds, tiles
 from test_ann import make_case
 
 
@@ -222,7 +222,7 @@ def test_underflowing_distances_pass_and_wrong_ones_do_not() -> None:
 
 def test_recall_is_tie_aware_up_to_float32_resolution() -> None:
     """Distances a float32 search cannot tell apart count as ties; farther ones do not."""
-    from targets.ann import brute
+    from fuzzkit.targets.ann import brute
 
     exact = np.array([[0.0, 1e-80, 2e-80, 3.0]])
     slack = np.array([[4e-45, 4e-45, 4e-45, 3e-7]])
@@ -237,7 +237,7 @@ def test_recall_is_tie_aware_up_to_float32_resolution() -> None:
 def test_recall_claim_holds_on_subnormal_data(ann: Target) -> None:
     """Subnormal coordinates: every float32 squared distance underflows to 0, so the search
     ranks by id -- the recall claim must not call that a loss."""
-    from targets.ann import properties
+    from fuzzkit.targets.ann import properties
 
     rng = np.random.default_rng(1)
     x = (rng.standard_normal((80, 6)) * 1e-39).astype(np.float32)

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from fuzzkit.registry import get_target
-from targets.ann import index, properties, strategies
+from fuzzkit.targets.ann import index, properties, strategies
 from test_ann import make_case
 
 RELATIONS = {p.name: p.check for p in properties.PROPERTIES}
@@ -43,7 +43,7 @@ def test_relations_hold_on_generated_cases(inputs: dict[str, Any]) -> None:
 
 def test_recall_claim_is_made_and_met_on_a_covered_case() -> None:
     inputs = make_case(seed=6, n=120, C=120, T=2, R=8, k=5)
-    from targets.ann import checks, model
+    from fuzzkit.targets.ann import checks, model
 
     out = index.run(inputs)
     covered = np.unique(out["cell_members"]).size == 120

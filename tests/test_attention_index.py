@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 
 from fuzzkit.registry import get_target
 from fuzzkit.target import Target
-from targets.attention_index import checks, index, model, properties, reference, strategies
+from fuzzkit.targets.attention_index import checks, index, model, properties, reference, strategies
 
 
 def make_case(seed: int = 0, s: int = 40, t: int = 8, h: int = 3, d: int = 8,

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-import oracles
+import fuzzkit.oracles
 from fuzzkit import triton_support
 
 pytestmark = pytest.mark.kernel
@@ -25,7 +25,7 @@ if triton_support.unavailable():  # pragma: no cover - torch/triton are dev depe
 
 import torch  # noqa: E402
 
-from targets.attention_index import kernel_mutants, kernels  # noqa: E402
+from fuzzkit.targets.attention_index import kernel_mutants, kernels  # noqa: E402
 
 
 # ============================================================================ float64 references
@@ -93,7 +93,7 @@ def _cand(rng: np.random.Generator, t: int, m: int, s: int, pad: float = 0.2) ->
 def rep_failure(q: np.ndarray, w: np.ndarray, reps: np.ndarray, **blocks: int) -> Any:
     got = kernels.score_representatives(_dev(q), _dev(w), _dev(reps), **blocks).cpu().numpy()
     want, mag = reference_scores(q, w, reps)
-    return oracles.close(want, got, dtype="float32", reduction_length=q.shape[2] + q.shape[1] + 2,
+    return fuzzkit.oracles.close(want, got, dtype="float32", reduction_length=q.shape[2] + q.shape[1] + 2,
                          magnitude=mag, name="score_representatives")
 
 
@@ -102,7 +102,7 @@ def member_failure(q: np.ndarray, w: np.ndarray, keys: np.ndarray, cand: np.ndar
     got = kernels.score_members(_dev(q), _dev(w), _dev(keys), _dev(cand),
                                 _dev(positions.astype(np.int64)), **blocks).cpu().numpy()
     want, mag = reference_members(q, w, keys, cand, positions)
-    return oracles.close(want, got, dtype="float32", reduction_length=q.shape[2] + q.shape[1] + 2,
+    return fuzzkit.oracles.close(want, got, dtype="float32", reduction_length=q.shape[2] + q.shape[1] + 2,
                          magnitude=mag, name="score_members")
 
 
@@ -328,7 +328,7 @@ def test_member_gather_first_tile_shows_only_past_the_column_tile() -> None:
 def test_member_weight_local_row_shows_only_past_the_row_tile() -> None:
     """Rows per program as launched in this mode: one program holds them all -- hidden; one row
     more needs a second program -- its rows read the first program's weights."""
-    from targets.attention_index import tiles
+    from fuzzkit.targets.attention_index import tiles
 
     rows = tiles.current().score_t
     rng = np.random.default_rng(9)
@@ -347,7 +347,7 @@ def test_member_weight_local_row_shows_only_past_the_row_tile() -> None:
 
 
 def _index_module() -> Any:
-    return pytest.importorskip("targets.attention_index.index")
+    return pytest.importorskip("fuzzkit.targets.attention_index.index")
 
 
 def _inputs(method: str, seed: int = 0, t: int = 6) -> dict[str, Any]:
@@ -365,7 +365,7 @@ def test_triton_search_matches_numpy_search(method: str) -> None:
     """Same shared NumPy selection logic: the kernel hooks give the NumPy hooks' ids
     (continuous random data: no near ties)."""
     index = _index_module()
-    from targets.attention_index import triton_impl
+    from fuzzkit.targets.attention_index import triton_impl
 
     inputs = _inputs(method, seed=len(method))
     want = index.search(inputs)
@@ -384,7 +384,7 @@ def test_kernel_mutants_change_the_search(name: str, method: str) -> None:
     small case (negative head weights for the tie-break: every key's score <= 0, many exact
     ReLU zeros tie at the top), and the clean kernels are restored."""
     index = _index_module()
-    from targets.attention_index import triton_impl
+    from fuzzkit.targets.attention_index import triton_impl
 
     inputs = _inputs(method, seed=3)
     if name == "topk-tie-break":
@@ -403,7 +403,7 @@ def test_kernel_mutants_change_the_search(name: str, method: str) -> None:
 
 @pytest.fixture(scope="module")
 def attention_index() -> Any:
-    make_target = pytest.importorskip("targets.attention_index").target
+    make_target = pytest.importorskip("fuzzkit.targets.attention_index").target
     target = make_target()
     reason = target.implementation("triton").unavailable()
     if reason:

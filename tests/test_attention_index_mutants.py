@@ -11,8 +11,8 @@ import pytest
 from fuzzkit.registry import get_target
 from fuzzkit.target import Target
 from fuzzkit.testing import first_failure
-from targets.attention_index import checks, index, reference
-from targets.attention_index.mutants import MUTANTS
+from fuzzkit.targets.attention_index import checks, index, reference
+from fuzzkit.targets.attention_index.mutants import MUTANTS
 from test_attention_index import make_case
 
 def _huge_negative_hisa(scale: float = 3e18) -> dict[str, Any]:

@@ -15,7 +15,7 @@ import pytest
 from fuzzkit import reach, triton_support
 from fuzzkit.registry import get_target
 from fuzzkit.target import Target
-from targets.attention_index import (checks, index, model, properties, reference, strategies,
+from fuzzkit.targets.attention_index import (checks, index, model, properties, reference, strategies,
                                      thresholds, tiles)
 
 FLT_MAX = float(np.finfo(np.float32).max)
@@ -65,7 +65,7 @@ def test_thresholds_are_declared_per_mode(target: Target) -> None:
     """The triton implementation declares its tiles as launched in this process's mode; the
     kernels launch exactly those; each mode's declaration names the right tiles."""
     _impl(target, "triton")
-    from targets.attention_index import kernels
+    from fuzzkit.targets.attention_index import kernels
 
     launched = tiles.current()
     assert launched == (tiles.INTERPRETED if triton_support.interpreted() else tiles.GPU)
@@ -90,10 +90,10 @@ def test_thresholds_are_declared_per_mode(target: Target) -> None:
     names = {t.size for t in target.thresholds_for(None)}
     assert names == set(target.sizes)
     assert target.implementation("triton").sources == (
-        "targets.attention_index.triton_impl", "targets.attention_index.kernels",
-        "targets.attention_index.index")
-    assert target.implementation("numpy").sources == ("targets.attention_index.index",)
-    assert target.sources == ("targets.attention_index.model",)
+        "fuzzkit.targets.attention_index.triton_impl", "fuzzkit.targets.attention_index.kernels",
+        "fuzzkit.targets.attention_index.index")
+    assert target.implementation("numpy").sources == ("fuzzkit.targets.attention_index.index",)
+    assert target.sources == ("fuzzkit.targets.attention_index.model",)
 
 
 def test_claim_threshold_is_the_property_gate() -> None:

@@ -24,7 +24,7 @@ import pytest
 from fuzzkit.case import Case
 from fuzzkit.failure import Failure
 from fuzzkit.target import Implementation, Mutant, Target
-from targets.compiler.bisect import NotAGraphCase, NotFailing, bisect, bisection
+from fuzzkit.targets.compiler.bisect import NotAGraphCase, NotFailing, bisect, bisection
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -354,10 +354,10 @@ FUSION_MUTANT, FUSION_OPS = "fused-sub-mul-stale-temp", ("sub", "mul")
 
 @pytest.fixture(scope="module")
 def compiler() -> tuple[Target, Implementation]:
-    pytest.importorskip("targets.compiler.graphs.bound")
-    pytest.importorskip("targets.compiler.graphs.generate")
-    mod = pytest.importorskip("targets.compiler")
-    pytest.importorskip("targets.compiler.mutants")
+    pytest.importorskip("fuzzkit.targets.compiler.graphs.bound")
+    pytest.importorskip("fuzzkit.targets.compiler.graphs.generate")
+    mod = pytest.importorskip("fuzzkit.targets.compiler")
+    pytest.importorskip("fuzzkit.targets.compiler.mutants")
     target = mod.target()
     missing = {SINGLE_MUTANT, FUSION_MUTANT} - {m.name for m in target.mutants}
     if missing:
@@ -372,8 +372,8 @@ def compiler() -> tuple[Target, Implementation]:
 def _failing_compiler_case(target: Target, impl: Implementation, mutant: str, n: int,
                            needs: tuple[str, ...]) -> dict:
     from fuzzkit.runner import check_case
-    from targets.compiler.graphs import generate
-    from targets.compiler.graphs.values import round_to_dtype
+    from fuzzkit.targets.compiler.graphs import generate
+    from fuzzkit.targets.compiler.graphs.values import round_to_dtype
 
     for seed in range(40):
         rng = np.random.default_rng(seed)
@@ -446,7 +446,7 @@ def test_compiler_cli_and_repro(compiler: tuple[Target, Implementation], single_
 
 
 def test_window_inputs_are_reference_values_rounded_to_the_dtype() -> None:
-    from targets.compiler.graphs.values import round_to_dtype
+    from fuzzkit.targets.compiler.graphs.values import round_to_dtype
 
     target = toy_target()
     inputs = failing_toy_case("reversed_sub", 40)

@@ -16,12 +16,12 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_module_file_does_not_import() -> None:
-    sys.modules.pop("targets.scheduling.cost", None)
-    path = branches.module_file("targets.scheduling.cost")
+    sys.modules.pop("fuzzkit.targets.scheduling.cost", None)
+    path = branches.module_file("fuzzkit.targets.scheduling.cost")
     assert path is not None and path.endswith("targets/scheduling/cost.py")
-    assert "targets.scheduling.cost" not in sys.modules
+    assert "fuzzkit.targets.scheduling.cost" not in sys.modules
     assert branches.module_file("no_such_package.mod") is None
-    files = branches.module_files(["targets.scheduling.policies"])
+    files = branches.module_files(["fuzzkit.targets.scheduling.policies"])
     assert any(f.endswith("policies/optimized.py") for f in files)
     with pytest.raises(ValueError, match="not an importable module"):
         branches.module_files(["no_such_package"])

@@ -12,9 +12,9 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 pytest.importorskip("torch")
 
-import targets.compiler as tc  # noqa: E402
+import fuzzkit.targets.compiler as tc  # noqa: E402
 from fuzzkit.registry import get_target  # noqa: E402
-from targets.compiler import checks  # noqa: E402
+from fuzzkit.targets.compiler import checks  # noqa: E402
 
 
 def node(name, op, args, shape, **attrs):
@@ -151,7 +151,7 @@ def test_inductor_smoke() -> None:
     actual = tc._inductor_run(inputs)
     assert tc.compile_calls() == before + 1
     assert checks.oracle(inputs, tc.reference(inputs), actual) is None
-    from targets.compiler import inductor
+    from fuzzkit.targets.compiler import inductor
 
     assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == inductor.cache_dir()
     assert str(os.getpid()) in inductor.cache_dir()
@@ -173,19 +173,19 @@ def test_every_threshold_is_crossed(impl: str) -> None:
 
 def test_thresholds_follow_the_launched_tiles_and_sources_are_declared() -> None:
     from fuzzkit import triton_support
-    from targets.compiler import thresholds as th
+    from fuzzkit.targets.compiler import thresholds as th
 
     target = get_target("compiler")
     fusing = target.implementation("fusing")
     declared = target.thresholds_for(fusing)
     assert {t.size for t in target.thresholds_for(None)} <= set(target.sizes)
     triton_support.prepare()
-    from targets.compiler.fusing import codegen
+    from fuzzkit.targets.compiler.fusing import codegen
 
     assert [t.value for t in declared if t.size == "numel"] == [codegen.MAX_BLOCK]
     assert codegen.MAX_BLOCK == (4096 if triton_support.interpreted() else 1024)
-    assert "targets.compiler.fusing" in target.coverage_sources(fusing)
-    assert "targets.compiler.inductor" in target.coverage_sources(
+    assert "fuzzkit.targets.compiler.fusing" in target.coverage_sources(fusing)
+    assert "fuzzkit.targets.compiler.inductor" in target.coverage_sources(
         target.implementation("inductor"))
     graph = {"inputs": [{"name": "x", "shape": [3, 5000]}],
              "nodes": [node("a", "sum", ["x"], [3], dim=1, keepdim=False),
@@ -208,8 +208,8 @@ def _cases(n: int, impl: str = "fusing", seed: int = 0) -> list[dict]:
 def test_long_reductions_are_drawn() -> None:
     """Some fused rows are tens of thousands of elements long (low-precision accumulation
     errors outgrow the float32 bound there), and every case stays under the element cap."""
-    from targets.compiler import strategies
-    from targets.compiler import thresholds as th
+    from fuzzkit.targets.compiler import strategies
+    from fuzzkit.targets.compiler import thresholds as th
 
     rows = [n for case in _cases(200) for n in th.rows(case)]
     assert max(rows) >= 16384
@@ -219,7 +219,7 @@ def test_long_reductions_are_drawn() -> None:
             assert int(np.prod(shape)) <= strategies.MAX_ELEMENTS
 
 
-#: Stated shares (per comparison node over generated cases; see targets.compiler.strategies):
+#: Stated shares (per comparison node over generated cases; see fuzzkit.targets.compiler.strategies):
 #: a comparison's operands tie exactly at some element in at least TIE_SHARE of the nodes
 #: (relu: an exact zero; amax/amin: a tied extreme; clamp: an element exactly at a bound, in at
 #: least CLAMP_TIE_SHARE -- the generator's magnitude guards are clamps at +-8, +-2, +-1 that
@@ -230,8 +230,8 @@ NAN_SHARE = 0.08
 
 
 def test_comparisons_see_ties_and_nan_in_the_stated_shares() -> None:
-    from targets.compiler.graphs import build
-    from targets.compiler.graphs.ops import reduced_dims
+    from fuzzkit.targets.compiler.graphs import build
+    from fuzzkit.targets.compiler.graphs.ops import reduced_dims
 
     seen: dict[str, int] = {}
     tied: dict[str, int] = {}

@@ -7,11 +7,11 @@ Three layers, each tested with crafted files:
   implementation names full of quotes, triple quotes, backslashes, newlines and
   ``__import__(...)`` payloads stay data -- the marker file those payloads would write never
   appears, and the script prints the crafted strings back unchanged;
-* ``targets.compiler.checks.validate`` / ``targets.compiler.graphs.build.validate_graph``
+* ``fuzzkit.targets.compiler.checks.validate`` / ``fuzzkit.targets.compiler.graphs.build.validate_graph``
   accept only plain identifiers as names and, per node, exactly the keys and attributes its op
-  declares (``targets.compiler.graphs.ops``), with shapes that follow the op's shape rule; on
+  declares (``fuzzkit.targets.compiler.graphs.ops``), with shapes that follow the op's shape rule; on
   garbage they answer with one line and never raise; every generated case passes;
-* the compiler's resource limits (``targets.compiler.limits``) refuse crafted cases beyond each
+* the compiler's resource limits (``fuzzkit.targets.compiler.limits``) refuse crafted cases beyond each
   limit by name before anything is built, pass every generated case, and never raise.
 """
 
@@ -35,15 +35,15 @@ pytest.importorskip("torch")
 from fuzzkit import limits, reach  # noqa: E402
 from fuzzkit.case import Case  # noqa: E402
 from fuzzkit.failure import Failure  # noqa: E402
-from targets.compiler.graphs import build  # noqa: E402
-from targets.compiler.graphs.ops import OPS, SpecError  # noqa: E402
+from fuzzkit.targets.compiler.graphs import build  # noqa: E402
+from fuzzkit.targets.compiler.graphs.ops import OPS, SpecError  # noqa: E402
 from fuzzkit.registry import get_target, register_target, unregister_target  # noqa: E402
-from targets.compiler.bisect import bisect  # noqa: E402
-from targets.compiler.repro import write_repro  # noqa: E402
+from fuzzkit.targets.compiler.bisect import bisect  # noqa: E402
+from fuzzkit.targets.compiler.repro import write_repro  # noqa: E402
 from test_bisect import _run_script  # noqa: E402
 from fuzzkit.target import Implementation, Mutant, Target  # noqa: E402
-from targets.compiler import checks  # noqa: E402
-from targets.compiler.limits import LIMITS  # noqa: E402
+from fuzzkit.targets.compiler import checks  # noqa: E402
+from fuzzkit.targets.compiler.limits import LIMITS  # noqa: E402
 
 
 def node(name: str, op: str, args: list[str], out: list[int], **attrs: Any) -> dict:
@@ -147,7 +147,7 @@ def test_repro_keeps_every_case_string_as_data(tmp_path: Path) -> None:
     assert not marker.exists()
 
 
-@pytest.mark.parametrize("impl", ["targets.compiler.fusing", "os", "../fusing", "fusing.py",
+@pytest.mark.parametrize("impl", ["fuzzkit.targets.compiler.fusing", "os", "../fusing", "fusing.py",
                                   "inductor\n", "subprocess:Popen"])
 def test_repro_impl_selects_registered_compilers_only(impl: str, tmp_path: Path) -> None:
     marker = tmp_path / "marker"

@@ -21,11 +21,11 @@ pytest.importorskip("triton")
 
 import torch  # noqa: E402
 
-from targets.compiler.graphs import build  # noqa: E402
-import targets.compiler as tc  # noqa: E402
-from targets.compiler import checks  # noqa: E402
-from targets.compiler.fusing import codegen, runtime  # noqa: E402
-from targets.compiler.mutants import FUSION_ONLY, MUTANTS, REACH  # noqa: E402
+from fuzzkit.targets.compiler.graphs import build  # noqa: E402
+import fuzzkit.targets.compiler as tc  # noqa: E402
+from fuzzkit.targets.compiler import checks  # noqa: E402
+from fuzzkit.targets.compiler.fusing import codegen, runtime  # noqa: E402
+from fuzzkit.targets.compiler.mutants import FUSION_ONLY, MUTANTS, REACH  # noqa: E402
 
 pytestmark = pytest.mark.kernel
 

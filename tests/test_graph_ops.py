@@ -28,9 +28,9 @@ triton_support.prepare()
 import torch  # noqa: E402
 
 from fuzzkit.runner import check_case  # noqa: E402
-from targets.compiler.graphs import bound, build, error_rules, generate, intervals, ops  # noqa: E402
-from targets.compiler.graphs.ops import OPS, missing_parts  # noqa: E402
-from targets.compiler.graphs.values import round_to_dtype  # noqa: E402
+from fuzzkit.targets.compiler.graphs import bound, build, error_rules, generate, intervals, ops  # noqa: E402
+from fuzzkit.targets.compiler.graphs.ops import OPS, missing_parts  # noqa: E402
+from fuzzkit.targets.compiler.graphs.values import round_to_dtype  # noqa: E402
 
 ALL_OPS = list(OPS)
 FUSED = [name for name, spec in OPS.items() if spec.fusing is not None]
@@ -55,7 +55,7 @@ def test_the_fusing_lowering_of_every_record_is_in_the_record(op: str) -> None:
     """The record holds its lowering's template -- an expression (or a builder and its forms)
     for an elementwise op, body lines for a reduction, nothing for an op run eagerly -- and
     codegen writes an expression from it for the attrs the generator draws."""
-    codegen = pytest.importorskip("targets.compiler.fusing.codegen")
+    codegen = pytest.importorskip("fuzzkit.targets.compiler.fusing.codegen")
     spec = OPS[op]
     parts = {"template": spec.template is not None, "builder": spec.builder is not None,
              "cases": bool(spec.cases), "reduction_body": bool(spec.reduction_body)}
@@ -75,7 +75,7 @@ def test_the_fusing_lowering_of_every_record_is_in_the_record(op: str) -> None:
 def test_codegen_reads_the_record_at_call_time(monkeypatch: pytest.MonkeyPatch) -> None:
     """Codegen takes an op's lowering from ``ops.OPS`` when it writes the kernel, not from a
     copy of its own: a record swapped in (as the miscompile mutants do) changes the kernel."""
-    codegen = pytest.importorskip("targets.compiler.fusing.codegen")
+    codegen = pytest.importorskip("fuzzkit.targets.compiler.fusing.codegen")
     group = codegen.GroupSpec(nodes=[("n0", "sub", ["x", "y"], {}), ("n1", "sum", ["n0"], {})],
                               leaves=["x", "y"], leaf_shapes=[(3, 4), (3, 4)], shape=(3, 4),
                               reduction="sum")
@@ -91,7 +91,7 @@ def test_codegen_reads_the_record_at_call_time(monkeypatch: pytest.MonkeyPatch) 
 def test_a_mutant_of_a_record_keeps_the_torch_functions() -> None:
     """A miscompile mutant that edits a template swaps in a private copy of the records; its
     torch functions stay the module's own, so graphs built before it compile under it."""
-    from targets.compiler import mutants
+    from fuzzkit.targets.compiler import mutants
 
     (mutant,) = [m for m in mutants.MUTANTS if m.name == "sub-operands-swapped"]
     with mutant.applied():
@@ -263,8 +263,8 @@ def _fused_check(op: str, dtype: str = "float32", attrs: dict | None = None):
     ``attrs``, if given), once the fusing compiler is seen to put that node into a generated
     kernel of its own."""
     pytest.importorskip("triton")
-    from targets.compiler import target as compiler_target
-    from targets.compiler.fusing import runtime
+    from fuzzkit.targets.compiler import target as compiler_target
+    from fuzzkit.targets.compiler.fusing import runtime
 
     graph, values = one_node_case(op, attrs=attrs)
     gm = build.to_graph_module(graph)

@@ -1,4 +1,4 @@
-"""targets.compiler.graphs: z3 shape rules, generation, fx building / reference, subgraphs,
+"""fuzzkit.targets.compiler.graphs: z3 shape rules, generation, fx building / reference, subgraphs,
 values, bounds."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import z3
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from targets.compiler.graphs import bound, build, generate, ops, values
-from targets.compiler.graphs.ops import OPS
+from fuzzkit.targets.compiler.graphs import bound, build, generate, ops, values
+from fuzzkit.targets.compiler.graphs.ops import OPS
 
 DTYPES = ("float32", "float16", "bfloat16")
 
@@ -144,7 +144,7 @@ def test_generated_graphs_build_and_run_with_recorded_shapes():
         assert isinstance(gm, torch.fx.GraphModule)
         for node in gm.graph.nodes:
             if node.op == "call_function":
-                assert node.target.__module__ == "targets.compiler.graphs.ops"
+                assert node.target.__module__ == "fuzzkit.targets.compiler.graphs.ops"
                 assert getattr(ops, node.target.__name__) is node.target
     missing = set(ops.DEFAULT_OPS) - seen
     assert not missing, missing
@@ -521,7 +521,7 @@ def test_sizing_wishes_shape_the_graph():
     """A numel wish gives x0 (and the first elementwise op) that many elements; a row wish gives
     the first reduction that row length and row count; a fan-out wish gives the first node that
     many consumers."""
-    from targets.compiler.graphs.ops import RngChooser
+    from fuzzkit.targets.compiler.graphs.ops import RngChooser
 
     rng = np.random.default_rng(3)
     g = generate.generate(RngChooser(rng), 6, sizing=generate.Sizing(cap=4 * 8193, numel=8193))

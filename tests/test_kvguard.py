@@ -6,9 +6,9 @@ import pytest
 
 from fuzzkit.registry import get_target
 from fuzzkit.runner import check_case
-from oracles.kvguard import NULL_GUARD, GuardViolation, KVGuard
-from targets.paged_kv.optimized import OptimizedManager
-from targets.paged_kv.protocol import Config
+from fuzzkit.oracles.kvguard import NULL_GUARD, GuardViolation, KVGuard
+from fuzzkit.targets.paged_kv.optimized import OptimizedManager
+from fuzzkit.targets.paged_kv.protocol import Config
 
 from test_paged_kv_mutants import CASES
 

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from oracles import (
+from fuzzkit.oracles import (
     close,
     compare_recall,
     error_bound,
@@ -19,7 +19,7 @@ from oracles import (
     ulp,
     unit_roundoff,
 )
-from oracles.close import gamma
+from fuzzkit.oracles.close import gamma
 
 
 def _json_ok(failure) -> None:

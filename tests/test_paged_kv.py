@@ -10,11 +10,11 @@ from hypothesis import HealthCheck, given, settings
 from fuzzkit.engines.hypothesis import fuzz
 from fuzzkit.errors import UsageError
 from fuzzkit.registry import get_target, resolve_implementation
-from targets.paged_kv import checks
-from targets.paged_kv.driver import Violation, check_structure, run_program
-from targets.paged_kv.protocol import Config
-from targets.paged_kv.reference import ReferenceManager
-from targets.paged_kv.strategies import inputs as programs
+from fuzzkit.targets.paged_kv import checks
+from fuzzkit.targets.paged_kv.driver import Violation, check_structure, run_program
+from fuzzkit.targets.paged_kv.protocol import Config
+from fuzzkit.targets.paged_kv.reference import ReferenceManager
+from fuzzkit.targets.paged_kv.strategies import inputs as programs
 
 
 def serve(rid, tokens, **extra):
@@ -152,4 +152,4 @@ def test_outside_manager_classes_plug_in_and_bugs_are_found() -> None:
 
 def test_impl_that_is_not_a_manager_is_a_usage_error() -> None:
     with pytest.raises(UsageError, match="expected a KV cache manager class"):
-        resolve_implementation(get_target("paged_kv"), "targets.paged_kv.hashing:__doc__")
+        resolve_implementation(get_target("paged_kv"), "fuzzkit.targets.paged_kv.hashing:__doc__")

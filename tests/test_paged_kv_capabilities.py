@@ -20,19 +20,19 @@ from fuzzkit import reach
 from fuzzkit.registry import get_target
 from fuzzkit.runner import check_case
 from fuzzkit.target import Unsupported
-from targets.paged_kv import checks, manager_implementation
-from targets.paged_kv.driver import run_program
-from targets.paged_kv.mutants import VARIANT_MUTANTS
-from targets.paged_kv.optimized import OptimizedManager
-from targets.paged_kv.protocol import (
+from fuzzkit.targets.paged_kv import checks, manager_implementation
+from fuzzkit.targets.paged_kv.driver import run_program
+from fuzzkit.targets.paged_kv.mutants import VARIANT_MUTANTS
+from fuzzkit.targets.paged_kv.optimized import OptimizedManager
+from fuzzkit.targets.paged_kv.protocol import (
     ALL_CAPABILITIES,
     Capabilities,
     Config,
     capabilities_of,
     unsupported,
 )
-from targets.paged_kv.reference import ReferenceManager
-from targets.paged_kv.strategies import inputs as programs
+from fuzzkit.targets.paged_kv.reference import ReferenceManager
+from fuzzkit.targets.paged_kv.strategies import inputs as programs
 
 # ---------------------------------------------------------------------------- helpers
 
@@ -425,8 +425,8 @@ def test_program_steps_are_validated_before_any_manager_runs() -> None:
 
     from hypothesis import HealthCheck, given, settings
 
-    from targets.paged_kv import checks, driver
-    from targets.paged_kv.strategies import inputs as paged_inputs
+    from fuzzkit.targets.paged_kv import checks, driver
+    from fuzzkit.targets.paged_kv.strategies import inputs as paged_inputs
 
     for op, (required, optional) in checks._STEP_ARGUMENTS.items():
         params = list(inspect.signature(getattr(driver.Driver, op)).parameters)[1:]

@@ -18,13 +18,13 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import pytest  # noqa: E402
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 
-from targets.paged_kv import checks, manager_implementation  # noqa: E402
-from targets.paged_kv.driver import Driver, run_program  # noqa: E402
-from targets.paged_kv.hashing import full_block_hashes  # noqa: E402
-from targets.paged_kv.optimized import OptimizedManager  # noqa: E402
-from targets.paged_kv.protocol import Allocation, Config  # noqa: E402
-from targets.paged_kv.reference import ReferenceManager  # noqa: E402
-from targets.paged_kv.strategies import inputs as programs  # noqa: E402
+from fuzzkit.targets.paged_kv import checks, manager_implementation  # noqa: E402
+from fuzzkit.targets.paged_kv.driver import Driver, run_program  # noqa: E402
+from fuzzkit.targets.paged_kv.hashing import full_block_hashes  # noqa: E402
+from fuzzkit.targets.paged_kv.optimized import OptimizedManager  # noqa: E402
+from fuzzkit.targets.paged_kv.protocol import Allocation, Config  # noqa: E402
+from fuzzkit.targets.paged_kv.reference import ReferenceManager  # noqa: E402
+from fuzzkit.targets.paged_kv.strategies import inputs as programs  # noqa: E402
 
 from test_paged_kv_mutants import (HISTORY, handed_over_session, returning_turn,  # noqa: E402
                                    shared_prefix)

@@ -7,7 +7,7 @@ groups 1/2/4, head dims 8/16/32, optional sliding window, block tables drawn as 
 permutation of the pool (with null-padded extra columns), the pool pre-filled with stale
 garbage, writes in shuffled order with padding slots.  Queries are scaled to give near-uniform
 softmax, ordinary scores, or large score ranges.  Outputs are compared with
-``oracles.close`` using the bound derived in :mod:`targets.paged_kv.attention_reference`.
+``fuzzkit.oracles.close`` using the bound derived in :mod:`fuzzkit.targets.paged_kv.attention_reference`.
 
 float64 storage (float64 accumulation end to end) has its own section: the same derivation
 with float64 roundoff, doubled because the float64 reference's own error is no longer
@@ -39,10 +39,10 @@ if triton_support.unavailable():
 import torch  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-from oracles.close import close, gamma  # noqa: E402
-from targets.paged_kv import attention_reference as ref_mod  # noqa: E402
-from targets.paged_kv import kernel_mutants  # noqa: E402
-from targets.paged_kv import kernels as K  # noqa: E402
+from fuzzkit.oracles.close import close, gamma  # noqa: E402
+from fuzzkit.targets.paged_kv import attention_reference as ref_mod  # noqa: E402
+from fuzzkit.targets.paged_kv import kernel_mutants  # noqa: E402
+from fuzzkit.targets.paged_kv import kernels as K  # noqa: E402
 
 SETTINGS = dict(deadline=None, database=None, derandomize=True,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

@@ -19,7 +19,7 @@ import pytest  # noqa: E402
 
 from fuzzkit.registry import get_target  # noqa: E402
 from fuzzkit.runner import check_case  # noqa: E402
-from targets.paged_kv.mutants import MUTANTS  # noqa: E402
+from fuzzkit.targets.paged_kv.mutants import MUTANTS  # noqa: E402
 
 # ---------------------------------------------------------------------------- program helpers
 

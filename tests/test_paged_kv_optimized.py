@@ -14,10 +14,10 @@ from unittest import mock
 
 import pytest
 
-from targets.paged_kv import hashing
-from targets.paged_kv.driver import check_structure, run_program
-from targets.paged_kv.optimized import FreeKVCacheBlockQueue, KVCacheBlock, OptimizedManager
-from targets.paged_kv.protocol import Allocation, Config, InspectableManager, KVCacheManager
+from fuzzkit.targets.paged_kv import hashing
+from fuzzkit.targets.paged_kv.driver import check_structure, run_program
+from fuzzkit.targets.paged_kv.optimized import FreeKVCacheBlockQueue, KVCacheBlock, OptimizedManager
+from fuzzkit.targets.paged_kv.protocol import Allocation, Config, InspectableManager, KVCacheManager
 
 
 # ---------------------------------------------------------------------------- structure
@@ -736,7 +736,7 @@ def _logical_table(manager: Any, rid: int) -> Any:
 
 @pytest.mark.parametrize("seed", range(200))
 def test_differential_against_reference(seed: int) -> None:
-    reference = pytest.importorskip("targets.paged_kv.reference")
+    reference = pytest.importorskip("fuzzkit.targets.paged_kv.reference")
     rng = random.Random(seed)
     inputs = random_program(rng)
     config = Config.from_json(inputs["config"])

@@ -14,10 +14,10 @@ import pytest  # noqa: E402
 from fuzzkit import reach, triton_support  # noqa: E402
 from fuzzkit.registry import get_target, resolve_implementation  # noqa: E402
 from fuzzkit.runner import check_case  # noqa: E402
-from targets.paged_kv import checks, sizes  # noqa: E402
-from targets.paged_kv.driver import run_program  # noqa: E402
-from targets.paged_kv.protocol import Config  # noqa: E402
-from targets.paged_kv.reference import ReferenceManager  # noqa: E402
+from fuzzkit.targets.paged_kv import checks, sizes  # noqa: E402
+from fuzzkit.targets.paged_kv.driver import run_program  # noqa: E402
+from fuzzkit.targets.paged_kv.protocol import Config  # noqa: E402
+from fuzzkit.targets.paged_kv.reference import ReferenceManager  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +52,7 @@ def test_thresholds_name_measured_sizes_and_the_tiles_as_launched(target: Any) -
         t.size for t in target.thresholds_for(target.implementation("optimized"))}
     if triton_support.unavailable():
         return
-    from targets.paged_kv import kernel_driver
+    from fuzzkit.targets.paged_kv import kernel_driver
 
     guarded = target.thresholds_for(target.implementation("guarded"))
     by_size = {(t.size, t.value) for t in guarded}
@@ -121,8 +121,8 @@ def test_every_follow_up_sequence_is_generated(target: Any) -> None:
     assert found == {"fork, both sides continue", "preempt, then scheduled again",
                      "reset refused while in use, reset later",
                      "more live requests than table rows"}, found
-    from targets.paged_kv.driver import OPS
-    from targets.paged_kv.strategies import OPERATIONS
+    from fuzzkit.targets.paged_kv.driver import OPS
+    from fuzzkit.targets.paged_kv.strategies import OPERATIONS
 
     assert ops == set(OPS) and set(OPERATIONS) == set(OPS)
 
@@ -132,7 +132,7 @@ def test_random_steps_reach_nearly_every_ordered_pair_of_operations(target: Any)
     hold all but a few of the 121 (1 to 3 missing with seeds 0..3: the bound leaves a margin;
     without the random single steps of ``steps`` chunks some 30 are missing)."""
     from fuzzkit.program import OperationCounts
-    from targets.paged_kv.driver import OPS
+    from fuzzkit.targets.paged_kv.driver import OPS
 
     counts = OperationCounts()
     for case in generated(target, target.implementation("optimized"), 500, run_seed=3):
@@ -192,7 +192,7 @@ def test_validate_rejects_bad_windows_and_value_kinds() -> None:
 
 
 def test_vector_kinds_are_functions_of_the_stamp_and_inside_their_domain() -> None:
-    from targets.paged_kv.kernel_driver import ROLE_DOMAINS, _vector
+    from fuzzkit.targets.paged_kv.kernel_driver import ROLE_DOMAINS, _vector
 
     stamp = ((1, 2, 3), None, None)
     for role, domain in ROLE_DOMAINS.items():
@@ -247,7 +247,7 @@ def test_requests_past_the_device_shadow_still_write_what_others_hit(target: Any
 
 
 def test_config_window_check_matches_the_managers() -> None:
-    from targets.paged_kv.optimized import OptimizedManager
+    from fuzzkit.targets.paged_kv.optimized import OptimizedManager
 
     with pytest.raises(ValueError):
         OptimizedManager(Config(4, 2, sliding_window=0))

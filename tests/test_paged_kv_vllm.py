@@ -24,10 +24,10 @@ from fuzzkit.mutation import run_mutant
 from fuzzkit.registry import get_target, resolve_implementation
 from fuzzkit.runner import check_case
 from fuzzkit.target import Unsupported
-from targets.engine_pins import VLLM
-from targets.paged_kv import checks
-from targets.paged_kv.driver import run_program
-from targets.paged_kv.reference import ReferenceManager
+from fuzzkit.targets.engine_pins import VLLM
+from fuzzkit.targets.paged_kv import checks
+from fuzzkit.targets.paged_kv.driver import run_program
+from fuzzkit.targets.paged_kv.reference import ReferenceManager
 from tests.engine_support import require_engine
 
 MUTANT_NAMES = ("vllm-free-head-first", "vllm-evict-keeps-map-entry", "vllm-touch-keeps-hit-free",
@@ -37,7 +37,7 @@ MUTANT_NAMES = ("vllm-free-head-first", "vllm-evict-keeps-map-entry", "vllm-touc
 @pytest.fixture(scope="module")
 def vm() -> Any:
     require_engine(VLLM)
-    from targets.paged_kv.adapters import vllm_manager
+    from fuzzkit.targets.paged_kv.adapters import vllm_manager
 
     assert vllm_manager.unavailable() is None
     vllm_manager.modules()
@@ -62,7 +62,7 @@ def _inputs(program: list[dict[str, Any]], num_blocks: int = 9, block_size: int 
 
 
 def _judge(inputs: dict[str, Any], guarded: bool = False) -> Any:
-    from targets.paged_kv.adapters.vllm_manager import VLLMManager
+    from fuzzkit.targets.paged_kv.adapters.vllm_manager import VLLMManager
 
     out = run_program(VLLMManager, inputs, guarded=guarded)
     return out["violation"] or checks.oracle(inputs, run_program(ReferenceManager, inputs), out)
@@ -158,7 +158,7 @@ def test_each_mutant_is_found_by_fuzzing(vm: Any, name: str) -> None:
 
 
 def test_every_vllm_mutant_is_registered(vm: Any) -> None:
-    from targets.paged_kv.adapters.vllm_mutants import MUTANTS
+    from fuzzkit.targets.paged_kv.adapters.vllm_mutants import MUTANTS
 
     assert tuple(m.name for m in MUTANTS) == MUTANT_NAMES
     assert all(m.implementation == "vllm" for m in MUTANTS)
@@ -209,12 +209,12 @@ def test_short_guarded_campaign(vm: Any) -> None:
 
 def test_guarded_option_works_for_any_manager_and_refuses_without_guard() -> None:
     target = get_target("paged_kv")
-    spec = "targets.paged_kv.optimized:OptimizedManager[guarded]"
+    spec = "fuzzkit.targets.paged_kv.optimized:OptimizedManager[guarded]"
     assert resolve_implementation(target, spec).name == spec
     with pytest.raises(UsageError, match="does not accept guard="):
-        resolve_implementation(target, "targets.paged_kv.reference:ReferenceManager[guarded]")
+        resolve_implementation(target, "fuzzkit.targets.paged_kv.reference:ReferenceManager[guarded]")
     with pytest.raises(UsageError, match="unknown option"):
-        resolve_implementation(target, "targets.paged_kv.optimized:OptimizedManager[fast]")
+        resolve_implementation(target, "fuzzkit.targets.paged_kv.optimized:OptimizedManager[fast]")
     with pytest.raises(UsageError, match="takes no options"):
         resolve_implementation(target, "optimized[guarded]")
 
@@ -223,7 +223,7 @@ def test_cli_guarded_refusal_is_one_line_exit_2(tmp_path: Any,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
     from fuzzkit.cli import main
 
-    code = main(["run", "paged_kv", "--impl", "targets.paged_kv.reference:ReferenceManager",
+    code = main(["run", "paged_kv", "--impl", "fuzzkit.targets.paged_kv.reference:ReferenceManager",
                  "--guarded", "--budget", "1", "--report-dir", str(tmp_path / "r"),
                  "--corpus", str(tmp_path / "c")])
     err = capsys.readouterr().err.strip().splitlines()
@@ -256,9 +256,9 @@ def test_adapters_of_one_wheel_load_in_either_order(vm: Any) -> None:
     import sys
 
     pytest.importorskip("triton")
-    loads = {"manager": "from targets.paged_kv.adapters import vllm_manager as m; m.modules()",
-             "punica": "from targets.scute.adapters import vllm_punica as p; p.modules()",
-             "kernels": "from targets.paged_kv.adapters import vllm_kernels as k; k.modules()"}
+    loads = {"manager": "from fuzzkit.targets.paged_kv.adapters import vllm_manager as m; m.modules()",
+             "punica": "from fuzzkit.targets.scute.adapters import vllm_punica as p; p.modules()",
+             "kernels": "from fuzzkit.targets.paged_kv.adapters import vllm_kernels as k; k.modules()"}
     for order in (("punica", "kernels", "manager"), ("manager", "punica", "kernels")):
         script = "; ".join(loads[name] for name in order)
         done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,

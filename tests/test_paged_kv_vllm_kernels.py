@@ -26,7 +26,7 @@ pytest.importorskip("triton")
 from fuzzkit.engines.hypothesis import fuzz  # noqa: E402
 from fuzzkit.mutation import run_mutant  # noqa: E402
 from fuzzkit.registry import get_target  # noqa: E402
-from targets.engine_pins import VLLM  # noqa: E402
+from fuzzkit.targets.engine_pins import VLLM  # noqa: E402
 from tests.engine_support import require_engine  # noqa: E402
 
 
@@ -34,7 +34,7 @@ from tests.engine_support import require_engine  # noqa: E402
 def vk() -> Any:
     """The adapter; its sources already extracted into the cache are enough (a GPU machine
     carries ``$FUZZKIT_CACHE/src`` rather than the 336 MB wheel), else the pinned wheel."""
-    from targets.paged_kv.adapters import vllm_kernels
+    from fuzzkit.targets.paged_kv.adapters import vllm_kernels
 
     if vllm_kernels.unavailable() is not None:
         require_engine(VLLM)  # skips, or fails under FUZZKIT_REQUIRE_ENGINES=1
@@ -125,7 +125,7 @@ def test_shims_are_gone_after_import(vk: Any) -> None:
 
 def test_unwritten_slot_reads_are_reported(vk: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """A kernel reading a slot the guard counts as unwritten gets NaN, reported as a read."""
-    from targets.paged_kv.adapters.vllm_kernel_mutants import v_tail_unmasked
+    from fuzzkit.targets.paged_kv.adapters.vllm_kernel_mutants import v_tail_unmasked
 
     inputs = {"config": {"num_blocks": 16, "block_size": 4, "sliding_window": None},
               "program": _program(5, 3)}

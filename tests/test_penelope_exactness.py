@@ -2,7 +2,7 @@
 
 A tiny float64 model writes every K/V through ``write_kv`` and reads through
 ``paged_attention`` (natively on a GPU, under ``TRITON_INTERPRET=1`` without one); the oracle
-:func:`targets.scheduling.exactness.check_penelope` compares an evicted-and-refilled session
+:func:`fuzzkit.targets.scheduling.exactness.check_penelope` compares an evicted-and-refilled session
 with one that never evicted, bitwise.  Each mutant hook must be caught by the check it breaks.
 """
 
@@ -25,8 +25,8 @@ if triton_support.unavailable():
 
 import torch  # noqa: E402
 
-from targets.scheduling import exactness as E  # noqa: E402
-from targets.scheduling.cost import CostModel  # noqa: E402
+from fuzzkit.targets.scheduling import exactness as E  # noqa: E402
+from fuzzkit.targets.scheduling.cost import CostModel  # noqa: E402
 
 BLOCK = 4
 

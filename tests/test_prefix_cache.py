@@ -22,9 +22,9 @@ import pytest
 from fuzzkit import reach
 from fuzzkit.mutants import patch
 from fuzzkit.registry import get_target
-from targets.prefix_cache import checks, reference
-from targets.prefix_cache.adapters import sglang_load
-from targets.prefix_cache.adapters.sglang_mutants import MUTANTS
+from fuzzkit.targets.prefix_cache import checks, reference
+from fuzzkit.targets.prefix_cache.adapters import sglang_load
+from fuzzkit.targets.prefix_cache.adapters.sglang_mutants import MUTANTS
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +35,7 @@ def sglang() -> Any:
         if os.environ.get("FUZZKIT_REQUIRE_ENGINES") == "1":
             pytest.fail(f"FUZZKIT_REQUIRE_ENGINES=1 but {reason}")
         pytest.skip(reason)
-    from targets.prefix_cache.adapters import sglang_impl
+    from fuzzkit.targets.prefix_cache.adapters import sglang_impl
 
     return sglang_impl
 
@@ -162,7 +162,7 @@ def test_replays_the_same(sglang: Any, generated: list[Any]) -> None:
 def _driver(sglang: Any, page_size: int) -> Any:
     """A driver after the shared-prefix program's first six steps (requests live, a cached
     tree with locked and unlocked nodes)."""
-    from targets.prefix_cache.program import Config
+    from fuzzkit.targets.prefix_cache.program import Config
 
     driver = sglang.Driver(Config(page_size, 12), SHARED)
     with sglang.counter_clock(driver.tree):

@@ -13,13 +13,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import oracles
+import fuzzkit.oracles
 from fuzzkit import reach, registry
 from fuzzkit.runner import check_case
 from fuzzkit.target import Target
 from fuzzkit.testing import first_failure
-from targets.quant import checks, numpy_impl, reference, strategies, tiles
-from targets.quant import target as make_target
+from fuzzkit.targets.quant import checks, numpy_impl, reference, strategies, tiles
+from fuzzkit.targets.quant import target as make_target
 
 SETTINGS = dict(deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -367,7 +367,7 @@ def _recall(bits: int, seed: int, n: int = 1000, m: int = 100, dim: int = 96) ->
     exact = queries.astype(np.float64) @ vectors.astype(np.float64).T
     true = np.argsort(-exact, axis=1, kind="stable")[:, :RECALL_K]
     found = np.argsort(-np.asarray(out["scores"]), axis=1, kind="stable")[:, :RECALL_K]
-    return oracles.recall_at_k(true, found, RECALL_K, ref_scores=exact)
+    return fuzzkit.oracles.recall_at_k(true, found, RECALL_K, ref_scores=exact)
 
 
 @pytest.fixture(scope="module")
@@ -376,14 +376,14 @@ def turbo_recalls() -> dict[int, np.ndarray]:
 
 
 def test_turbo16_recall_at_least_turbo8(turbo_recalls: dict[int, np.ndarray]) -> None:
-    failure = oracles.compare_recall(turbo_recalls[16], turbo_recalls[8], confidence=CONFIDENCE,
+    failure = fuzzkit.oracles.compare_recall(turbo_recalls[16], turbo_recalls[8], confidence=CONFIDENCE,
                                      name="turbo16>=turbo8")
     assert failure is None, failure.message
 
 
 def test_turbo8_recall_above_bound(turbo_recalls: dict[int, np.ndarray]) -> None:
     """Claim: turbo8 (Lloyd-Max) recall@10 >= 0.95 on Gaussian data, D = 96, 1000 vectors."""
-    failure = oracles.recall(turbo_recalls[8], bound=TURBO8_RECALL_BOUND, confidence=CONFIDENCE,
+    failure = fuzzkit.oracles.recall(turbo_recalls[8], bound=TURBO8_RECALL_BOUND, confidence=CONFIDENCE,
                              name="turbo8")
     assert failure is None, failure.message
 
@@ -394,6 +394,6 @@ def test_bad_quantizer_fails_the_recall_oracle(turbo_recalls: dict[int, np.ndarr
     one_bit = reference.lloyd_max(1)
     with mock.patch.object(reference, "codebook", lambda name, bits: one_bit):
         bad = np.concatenate([_recall(8, s) for s in RECALL_SEEDS])
-    failure = oracles.recall(bad, bound=TURBO8_RECALL_BOUND, confidence=CONFIDENCE, name="1-bit")
+    failure = fuzzkit.oracles.recall(bad, bound=TURBO8_RECALL_BOUND, confidence=CONFIDENCE, name="1-bit")
     assert failure is not None and failure.signature == "mismatch:recall:1-bit"
-    assert oracles.compare_recall(bad, turbo_recalls[16], confidence=CONFIDENCE) is not None
+    assert fuzzkit.oracles.compare_recall(bad, turbo_recalls[16], confidence=CONFIDENCE) is not None

@@ -14,11 +14,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import oracles
+import fuzzkit.oracles
 from fuzzkit.runner import check_case
 from fuzzkit.target import Target
-from targets.quant import reference, tiles
-from targets.quant import target as make_target
+from fuzzkit.targets.quant import reference, tiles
+from fuzzkit.targets.quant import target as make_target
 
 pytestmark = pytest.mark.kernel
 
@@ -54,7 +54,7 @@ def test_kernel_scores_match_float64(quant: Target, m: int, n: int, dim: int, bi
     """Ragged M, N and D, several programs per axis: within the float32 dot-product bound --
     with both tile configurations, whichever mode this runs in (so CI checks the GPU's tiles
     under the interpreter, and a GPU checks the interpreter's)."""
-    from targets.quant import kernels
+    from fuzzkit.targets.quant import kernels
 
     queries, codes, scales, centroids = _kernel_case(m, n, dim, bits, seed=m * n + dim)
     launched = tiles.NATIVE if config == "native" else tiles.INTERPRETED
@@ -65,13 +65,13 @@ def test_kernel_scores_match_float64(quant: Target, m: int, n: int, dim: int, bi
     s = scales.astype(np.float64)[None, :]
     expected = (q @ decoded.T) * s
     magnitude = (np.abs(q) @ np.abs(decoded).T) * s
-    failure = oracles.close(expected, got, dtype="float32", reduction_length=dim + 2,
+    failure = fuzzkit.oracles.close(expected, got, dtype="float32", reduction_length=dim + 2,
                             magnitude=magnitude, name="kernel_scores")
     assert failure is None, failure.message
 
 
 def test_kernel_widens_high_uint16_codes_without_sign_extension(quant: Target) -> None:
-    from targets.quant import kernels
+    from fuzzkit.targets.quant import kernels
 
     book = reference.codebook("uniform", 16)
     codes = np.full((2, 5), 65535, dtype=np.uint16)
@@ -82,7 +82,7 @@ def test_kernel_widens_high_uint16_codes_without_sign_extension(quant: Target) -
 
 
 def test_kernel_handles_empty_blocks(quant: Target) -> None:
-    from targets.quant import kernels
+    from fuzzkit.targets.quant import kernels
 
     queries, codes, scales, centroids = _kernel_case(0, 4, 8, 8)
     assert kernels.score(queries, codes, scales, centroids).shape == (0, 4)

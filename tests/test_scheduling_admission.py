@@ -17,10 +17,10 @@ import pytest
 from hypothesis import HealthCheck, Phase, find, given, settings
 from hypothesis import strategies as st
 
-from targets.scheduling import admission as adm
-from targets.scheduling.admission import Basin, make_admission
-from targets.scheduling.admission_checks import check_liveness, check_log
-from targets.scheduling.admission_predictors import (MeanPredictor, OraclePredictor,
+from fuzzkit.targets.scheduling import admission as adm
+from fuzzkit.targets.scheduling.admission import Basin, make_admission
+from fuzzkit.targets.scheduling.admission_checks import check_liveness, check_log
+from fuzzkit.targets.scheduling.admission_predictors import (MeanPredictor, OraclePredictor,
                                                      QuantilePredictor, make_predictor,
                                                      peak_blocks)
 

@@ -17,8 +17,8 @@ import pytest
 from hypothesis import HealthCheck, Phase, find, given, settings
 from hypothesis import strategies as st
 
-from targets.scheduling.policies import optimized, reference
-from targets.scheduling.policies.base import Waiting
+from fuzzkit.targets.scheduling.policies import optimized, reference
+from fuzzkit.targets.scheduling.policies.base import Waiting
 
 SETTINGS = dict(deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 NAMES = ["fcfs", "lpm", "spf", "fairway"]

@@ -3,7 +3,7 @@
 The differential tests drive both versions with the same random operation sequences (requests
 with random keys and loads, scale-ups), including a ring with forced position ties and keys on
 ring points, where a successor search is easiest to get wrong.  The invariant tests run
-:mod:`targets.scheduling.routers.checks` on clean routers and on small broken routers defined
+:mod:`fuzzkit.targets.scheduling.routers.checks` on clean routers and on small broken routers defined
 here, one per invariant, to show each check can fail.  The scale-up check's statistical bound is
 measured: its false-alarm rate over thousands of ring seeds, and its power on two mutants.
 """
@@ -20,8 +20,8 @@ import pytest  # noqa: E402
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from targets.scheduling.routers import checks, optimized, reference  # noqa: E402
-from targets.scheduling.routers.base import stable_hash  # noqa: E402
+from fuzzkit.targets.scheduling.routers import checks, optimized, reference  # noqa: E402
+from fuzzkit.targets.scheduling.routers.base import stable_hash  # noqa: E402
 
 MODULES = (reference, optimized)
 NAMES = ("random", "round_robin", "least_loaded", "prefix")

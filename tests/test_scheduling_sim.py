@@ -13,13 +13,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from targets.scheduling import checks, workload
-from targets.scheduling.cache import PrefixCache
-from targets.scheduling.cost import CostModel
-from targets.scheduling.policies import reference as policies
-from targets.scheduling.routers import reference as routers
-from targets.scheduling.sim import simulate
-from targets.scheduling.workload import Request, Trie
+from fuzzkit.targets.scheduling import checks, workload
+from fuzzkit.targets.scheduling.cache import PrefixCache
+from fuzzkit.targets.scheduling.cost import CostModel
+from fuzzkit.targets.scheduling.policies import reference as policies
+from fuzzkit.targets.scheduling.routers import reference as routers
+from fuzzkit.targets.scheduling.sim import simulate
+from fuzzkit.targets.scheduling.workload import Request, Trie
 
 
 def request(rid: int, arrival: int, prompt: int, output: int = 1, blocks: tuple[int, ...] = (),

@@ -11,10 +11,10 @@ from hypothesis import HealthCheck, Phase, find, given, settings
 from fuzzkit import reach
 from fuzzkit.registry import get_target
 from fuzzkit.runner import check_case
-from targets.scheduling import properties, run_with
-from targets.scheduling.policies import optimized as policies
-from targets.scheduling.routers import optimized as routers
-from targets.scheduling.strategies import inputs
+from fuzzkit.targets.scheduling import properties, run_with
+from fuzzkit.targets.scheduling.policies import optimized as policies
+from fuzzkit.targets.scheduling.routers import optimized as routers
+from fuzzkit.targets.scheduling.strategies import inputs
 
 TARGET = get_target("scheduling")
 OPTIMIZED = TARGET.implementation("optimized")
@@ -47,8 +47,8 @@ def test_every_threshold_is_crossed() -> None:
 
 
 def test_thresholds_follow_the_constants_of_the_code() -> None:
-    from targets.scheduling.policies import optimized as policies
-    from targets.scheduling.policies.reference import DEFAULT_FALLBACK
+    from fuzzkit.targets.scheduling.policies import optimized as policies
+    from fuzzkit.targets.scheduling.policies.reference import DEFAULT_FALLBACK
 
     values = {t.size: t.value for t in TARGET.thresholds_for(OPTIMIZED)}
     assert values["pushes"] == policies.COMPACT_SLACK

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from fuzzkit.registry import get_target
-from targets.scute import checks, properties, reference, slots, strategies
+from fuzzkit.targets.scute import checks, properties, reference, slots, strategies
 
 torch = pytest.importorskip("torch")
-from targets.scute import torch_impl  # noqa: E402
+from fuzzkit.targets.scute import torch_impl  # noqa: E402
 
 ALL_METHODS = ["identity", "lora", "dora", "vera", "oft", "boft", "ia3-kv", "ia3-ff"]
 

@@ -37,7 +37,7 @@ if triton_support.unavailable():  # pragma: no cover - torch/triton are dev depe
 
 import torch  # noqa: E402
 
-from targets.scute import batching, kernel_mutants, kernels, lora_baseline  # noqa: E402
+from fuzzkit.targets.scute import batching, kernel_mutants, kernels, lora_baseline  # noqa: E402
 
 U_STORE = {"float32": 2.0 ** -24, "float16": 2.0 ** -11, "bfloat16": 2.0 ** -7}
 DEVICE = triton_support.device()
@@ -291,8 +291,8 @@ def test_kernel_mutant_fails_the_float32_comparison(name: str) -> None:
 
 
 def test_triton_impl_matches_the_native_reference() -> None:
-    pytest.importorskip("targets.scute.reference")
-    from targets.scute import checks, reference, strategies, triton_impl
+    pytest.importorskip("fuzzkit.targets.scute.reference")
+    from fuzzkit.targets.scute import checks, reference, strategies, triton_impl
 
     methods = ["lora", "dora", "vera", "oft", "boft", "ia3-kv", "ia3-ff", "identity"]
     for dtype, mode in (("float32", "decode"), ("float16", "prefill")):

@@ -12,8 +12,8 @@ import pytest
 from fuzzkit.registry import get_target
 from fuzzkit.runner import check_case
 from fuzzkit.target import Target
-from targets.scute import checks
-from targets.scute.mutants import MUTANTS
+from fuzzkit.targets.scute import checks
+from fuzzkit.targets.scute.mutants import MUTANTS
 from test_scute import covering_case
 
 pytest.importorskip("torch")

@@ -1,7 +1,7 @@
 """The float64 reference against PEFT itself: torch.nn.Linear layers wrapped by peft for LoRA,
 rsLoRA, DoRA, VeRA, OFT (exact Cayley and the Cayley-Neumann series), BOFT and IA3 (k/v and
 feed-forward), their weights set from our adapter dicts, forward in float64.  The layers are
-built by the shipped ``peft`` implementation (:func:`targets.scute.adapters.peft_impl.build`)."""
+built by the shipped ``peft`` implementation (:func:`fuzzkit.targets.scute.adapters.peft_impl.build`)."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ torch = pytest.importorskip("torch")
 
 from test_scute import forward64  # noqa: E402
 
-from targets.scute import reference, slots, strategies  # noqa: E402
-from targets.scute.adapters import peft_impl  # noqa: E402
+from fuzzkit.targets.scute import reference, slots, strategies  # noqa: E402
+from fuzzkit.targets.scute.adapters import peft_impl  # noqa: E402
 
 K, NOUT, KMAX, NMAX = 16, 12, 24, 20
 

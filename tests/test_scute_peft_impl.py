@@ -17,9 +17,9 @@ from fuzzkit.engines.hypothesis import fuzz
 from fuzzkit.mutation import run_mutant
 from fuzzkit.registry import get_target
 from fuzzkit.target import UNSUPPORTED, Unsupported
-from targets.scute import checks, reference, strategies
-from targets.scute.adapters import peft_impl
-from targets.scute.adapters.peft_mutants import MUTANTS
+from fuzzkit.targets.scute import checks, reference, strategies
+from fuzzkit.targets.scute.adapters import peft_impl
+from fuzzkit.targets.scute.adapters.peft_mutants import MUTANTS
 
 METHODS = ["identity", "lora", "dora", "vera", "oft", "boft", "ia3-kv", "ia3-ff"]
 

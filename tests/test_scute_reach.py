@@ -14,11 +14,11 @@ import pytest
 from fuzzkit import reach
 from fuzzkit.registry import get_target
 from fuzzkit.target import Target
-from oracles.close import gamma
-from targets.scute import checks, fit, properties, ranges, reference, sizes, slots, strategies
+from fuzzkit.oracles.close import gamma
+from fuzzkit.targets.scute import checks, fit, properties, ranges, reference, sizes, slots, strategies
 
 torch = pytest.importorskip("torch")
-from targets.scute import torch_impl  # noqa: E402
+from fuzzkit.targets.scute import torch_impl  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +44,7 @@ def test_every_threshold_is_crossed(target: Target, name: str) -> None:
 
 
 def test_thresholds_are_declared_per_mode(target: Target) -> None:
-    from targets.scute import kernels, tiles
+    from fuzzkit.targets.scute import kernels, tiles
 
     interpreted = tiles.interpreted()
     table = tiles.CONFIGS_INTERPRETED if interpreted else tiles.CONFIGS_GPU
@@ -62,9 +62,9 @@ def test_thresholds_are_declared_per_mode(target: Target) -> None:
         assert got["rank"] == (tiles.BLOCK_R_MIN_GPU if native else tiles.BLOCK_R_MIN_INTERPRETED)
     names = {t.size for t in target.thresholds_for(None)}
     assert names <= set(target.sizes) and {"k", "nout", "slots", "base_tokens"} <= names
-    assert set(target.implementation("triton").sources) >= {"targets.scute.kernels",
-                                                            "targets.scute.batching"}
-    assert target.sources == ("targets.scute.slots",)
+    assert set(target.implementation("triton").sources) >= {"fuzzkit.targets.scute.kernels",
+                                                            "fuzzkit.targets.scute.batching"}
+    assert target.sources == ("fuzzkit.targets.scute.slots",)
 
 
 # ============================================================================ values
@@ -208,7 +208,7 @@ def test_bound_covers_bfloat16_subnormals() -> None:
 
     if triton_support.unavailable():  # pragma: no cover - triton is a dev dependency
         pytest.skip("needs triton")
-    from targets.scute import triton_impl
+    from fuzzkit.targets.scute import triton_impl
 
     case = strategies.build(5, k=16, nout=4, ntok=6, dtype="bfloat16", mode="decode",
                             methods=["dora"])

@@ -23,8 +23,8 @@ pytest.importorskip("triton")
 from fuzzkit.engines.hypothesis import fuzz  # noqa: E402
 from fuzzkit.registry import get_target  # noqa: E402
 from fuzzkit.target import Unsupported  # noqa: E402
-from targets.engine_pins import VLLM  # noqa: E402
-from targets.scute import checks, reference, strategies  # noqa: E402
+from fuzzkit.targets.engine_pins import VLLM  # noqa: E402
+from fuzzkit.targets.scute import checks, reference, strategies  # noqa: E402
 from tests.engine_support import require_engine  # noqa: E402
 
 
@@ -32,7 +32,7 @@ from tests.engine_support import require_engine  # noqa: E402
 def vp() -> Any:
     """The adapter; its sources already extracted into the cache are enough (a GPU machine
     carries ``$FUZZKIT_CACHE/src``), else the pinned wheel."""
-    from targets.scute.adapters import vllm_punica
+    from fuzzkit.targets.scute.adapters import vllm_punica
 
     if vllm_punica.unavailable() is not None:
         require_engine(VLLM)  # skips, or fails under FUZZKIT_REQUIRE_ENGINES=1
@@ -150,7 +150,7 @@ MUTANT_NAMES = ["vllm-punica-no-lora-as-slot-0", "vllm-punica-expand-slice-offse
 
 
 def test_every_mutant_is_tested() -> None:
-    from targets.scute.adapters.vllm_punica_mutants import MUTANTS
+    from fuzzkit.targets.scute.adapters.vllm_punica_mutants import MUTANTS
 
     assert sorted(m.name for m in MUTANTS) == sorted(MUTANT_NAMES)
 

@@ -20,9 +20,9 @@ import pytest
 from fuzzkit.registry import get_target, resolve_implementation
 from fuzzkit.runner import check_case
 from fuzzkit.target import Implementation, Target
-from targets.paged_kv import manager_implementation
-from targets.paged_kv.driver import ProtocolTypeError, checked_inspection, run_program
-from targets.paged_kv.reference import ReferenceManager
+from fuzzkit.targets.paged_kv import manager_implementation
+from fuzzkit.targets.paged_kv.driver import ProtocolTypeError, checked_inspection, run_program
+from fuzzkit.targets.paged_kv.reference import ReferenceManager
 
 ENGINE = '''
 import numpy as np

@@ -200,7 +200,7 @@ QUANT: dict[str, Change] = {
 
 
 def _scute_base() -> Case:
-    from targets.scute import strategies
+    from fuzzkit.targets.scute import strategies
 
     return strategies.build(0, k=8, nout=4, ntok=2, dtype="float32", mode="decode",
                             methods=["lora"])

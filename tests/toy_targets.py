@@ -17,7 +17,7 @@ import numpy as np
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-import oracles
+import fuzzkit.oracles
 from fuzzkit.program import program_runner, programs
 from fuzzkit.target import Implementation, Mutant, Property, Target
 
@@ -47,14 +47,14 @@ def dot_numpy(inputs: dict[str, Any]) -> dict[str, Any]:
 
 
 def dot_oracle(inputs: dict[str, Any], expected: dict[str, Any], actual: dict[str, Any]) -> Any:
-    return oracles.close(expected["dot"], actual["dot"], dtype="float32",
+    return fuzzkit.oracles.close(expected["dot"], actual["dot"], dtype="float32",
                          reduction_length=len(inputs["a"]), magnitude=expected["magnitude"],
                          name="dot")
 
 
 def _dot_symmetric(impl: Any, inputs: dict[str, Any]) -> Any:
     swapped = impl({"a": inputs["b"], "b": inputs["a"]})
-    return oracles.exact(impl(inputs)["dot"], swapped["dot"], name="dot_symmetry")
+    return fuzzkit.oracles.exact(impl(inputs)["dot"], swapped["dot"], name="dot_symmetry")
 
 
 def _drops_last_term(a: np.ndarray, b: np.ndarray) -> np.float32:
@@ -164,7 +164,7 @@ def alloc_target() -> Target:
         strategy=_alloc_inputs,
         reference=program_runner(ReferenceAllocator),
         implementations={"heap": Implementation("heap", program_runner(HeapAllocator))},
-        oracle=lambda inputs, expected, actual: oracles.trace(expected, actual),
+        oracle=lambda inputs, expected, actual: fuzzkit.oracles.trace(expected, actual),
         mutants=[Mutant("double-free", "heap", "free without an ownership check",
                         "vLLM #42571 (duplicate block in one free call)", _patch_alloc)],
         reducible=["program"],

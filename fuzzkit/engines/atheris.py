@@ -273,10 +273,11 @@ def _load(config: dict[str, Any], instrument: bool) -> tuple[Target, Implementat
 
 
 def _instrumented_packages(config: dict[str, Any]) -> list[str]:
-    """Top-level packages of the target's code: its registry source, its factory, the preloaded
-    modules and an outside implementation (only those: instrumenting torch or numpy would make
-    every case slow for no useful coverage)."""
+    """Packages (``fuzzkit.runner.package_of``) of the target's code: its registry source, its
+    factory, the preloaded modules and an outside implementation (only those: instrumenting
+    torch or numpy would make every case slow for no useful coverage)."""
     from fuzzkit import registry
+    from fuzzkit.runner import package_of
 
     registry.target_names()  # loads built-ins and entry points into the registry
     source = registry._sources.get(config["target"])
@@ -286,7 +287,7 @@ def _instrumented_packages(config: dict[str, Any]) -> list[str]:
         *config["preload"],
         config["impl"] if ":" in config["impl"] else None,
     ]
-    return sorted({spec.split(":")[0].split(".")[0] for spec in specs if spec})
+    return sorted({package_of(spec.split(":")[0]) for spec in specs if spec})
 
 
 def _build_test(config: dict[str, Any], target: Target, impl: Implementation, run_one: Any) -> Any:

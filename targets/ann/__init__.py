@@ -54,47 +54,47 @@ from __future__ import annotations
 
 from fuzzkit import triton_support
 from fuzzkit.target import Implementation, Target, lazy
-from targets.ann import checks, reference
+from fuzzkit.targets.ann import checks, reference
 
 
 def target() -> Target:
-    """The ``ann`` target (the registry's entry point ``targets.ann:target``)."""
-    from targets.ann.adapters import faiss_impl, judge
-    from targets.ann.adapters.faiss_mutants import MUTANTS as FAISS_MUTANTS
-    from targets.ann.limits import LIMITS
-    from targets.ann.mutants import DEVICE_MUTANTS, MUTANTS
-    from targets.ann.properties import PROPERTIES
-    from targets.ann.thresholds import INDEX_THRESHOLDS, SIZES, kernel_thresholds
+    """The ``ann`` target (the registry's entry point ``fuzzkit.targets.ann:target``)."""
+    from fuzzkit.targets.ann.adapters import faiss_impl, judge
+    from fuzzkit.targets.ann.adapters.faiss_mutants import MUTANTS as FAISS_MUTANTS
+    from fuzzkit.targets.ann.limits import LIMITS
+    from fuzzkit.targets.ann.mutants import DEVICE_MUTANTS, MUTANTS
+    from fuzzkit.targets.ann.properties import PROPERTIES
+    from fuzzkit.targets.ann.thresholds import INDEX_THRESHOLDS, SIZES, kernel_thresholds
 
     return Target(
         name="ann",
         description="OctEx approximate nearest-neighbour search (projections, capped cells, "
                     "kNN-graph beam expansion; float32 / turbo8 / turbo16 storage)",
-        strategy=lazy("targets.ann.strategies:inputs"),
+        strategy=lazy("fuzzkit.targets.ann.strategies:inputs"),
         reference=reference.run,
         implementations={
             "numpy": Implementation(
-                "numpy", lazy("targets.ann.index:run"), backend="numpy",
+                "numpy", lazy("fuzzkit.targets.ann.index:run"), backend="numpy",
                 description="vectorized NumPy build, float32 search",
-                sources=("targets.ann.numpy_hooks",),
+                sources=("fuzzkit.targets.ann.numpy_hooks",),
             ),
             "triton": Implementation(
-                "triton", lazy("targets.ann.triton_impl:run"), backend="triton",
+                "triton", lazy("fuzzkit.targets.ann.triton_impl:run"), backend="triton",
                 description="NumPy build + Triton kernels for candidate distances and expansion",
-                unavailable=triton_support.unavailable_with("targets.ann.triton_impl"),
+                unavailable=triton_support.unavailable_with("fuzzkit.targets.ann.triton_impl"),
                 thresholds=kernel_thresholds,
-                sources=("targets.ann.triton_impl", "targets.ann.kernels", "targets.ann.tiles"),
+                sources=("fuzzkit.targets.ann.triton_impl", "fuzzkit.targets.ann.kernels", "fuzzkit.targets.ann.tiles"),
             ),
-            # black boxes (targets.ann.adapters): judged by validity + recall only
+            # black boxes (fuzzkit.targets.ann.adapters): judged by validity + recall only
             "faiss-ivf": Implementation(
-                "faiss-ivf", lazy("targets.ann.adapters.faiss_impl:ivf_flat"),
+                "faiss-ivf", lazy("fuzzkit.targets.ann.adapters.faiss_impl:ivf_flat"),
                 backend="external", description="FAISS IndexIVFFlat (faiss-cpu), black box",
-                unavailable=faiss_impl.unavailable, sources=("targets.ann.adapters.faiss_impl",),
+                unavailable=faiss_impl.unavailable, sources=("fuzzkit.targets.ann.adapters.faiss_impl",),
             ),
             "faiss-hnsw": Implementation(
-                "faiss-hnsw", lazy("targets.ann.adapters.faiss_impl:hnsw"),
+                "faiss-hnsw", lazy("fuzzkit.targets.ann.adapters.faiss_impl:hnsw"),
                 backend="external", description="FAISS IndexHNSWFlat (faiss-cpu), black box",
-                unavailable=faiss_impl.unavailable, sources=("targets.ann.adapters.faiss_impl",),
+                unavailable=faiss_impl.unavailable, sources=("fuzzkit.targets.ann.adapters.faiss_impl",),
             ),
         },
         # an implementation whose outputs declare a black-box index type (adapters.judge.KEY)
@@ -108,6 +108,6 @@ def target() -> Target:
         # the Triton one replaces only the two query-time hooks of numpy_hooks.py
         thresholds=INDEX_THRESHOLDS,
         sizes=SIZES,
-        sources=("targets.ann.index", "targets.ann.model"),
+        sources=("fuzzkit.targets.ann.index", "fuzzkit.targets.ann.model"),
         limits=LIMITS,
     )

@@ -6,7 +6,7 @@ separates two distances closer than their slacks -- there a correct float32 impl
 legitimately cut elsewhere and then visit other vectors, so its ids are not comparable with the
 reference's (the other oracles still apply).
 
-Bounds (``u`` = unit roundoff, ``g_n = n u / (1 - n u)``, ``S`` = ``oracles.close.ROUNDING_SLACK``):
+Bounds (``u`` = unit roundoff, ``g_n = n u / (1 - n u)``, ``S`` = ``fuzzkit.oracles.close.ROUNDING_SLACK``):
 
 * **l2**, ``sum (x_d - q_d)^2`` from float32 inputs: each term carries a subtraction, a square and
   at most ``D`` additions, all of non-negative terms, so ``|d32 - d| <= g_(D+2) d``; the float64
@@ -32,10 +32,10 @@ from typing import Any, Mapping, Optional
 
 import numpy as np
 
-from oracles.close import ROUNDING_SLACK, gamma
-from targets.ann import model
-from targets.quant import checks as quant_checks
-from targets.quant import reference as quant_reference
+from fuzzkit.oracles.close import ROUNDING_SLACK, gamma
+from fuzzkit.targets.ann import model
+from fuzzkit.targets.quant import checks as quant_checks
+from fuzzkit.targets.quant import reference as quant_reference
 
 U32 = 2.0**-24
 U64 = 2.0**-53
@@ -64,7 +64,7 @@ def exact_slack(x: np.ndarray, q: np.ndarray, metric: str) -> np.ndarray:
 def estimate_slack(x: np.ndarray, q: np.ndarray, derived: Mapping[str, Any],
                    metric: str) -> np.ndarray:
     """(q, n) bound on a float32 turbo estimate's distance from the float64 estimate.
-    ``derived`` is :func:`targets.quant.reference.scores_from_codes`'s record for the codes."""
+    ``derived`` is :func:`fuzzkit.targets.quant.reference.scores_from_codes`'s record for the codes."""
     dim = np.asarray(x).shape[1]
     q_norm = np.sqrt(model.squared_norm(np.asarray(q, dtype=np.float64)))
     x_norm = np.sqrt(model.squared_norm(np.asarray(x, dtype=np.float64)))
@@ -81,7 +81,7 @@ def estimate_slack(x: np.ndarray, q: np.ndarray, derived: Mapping[str, Any],
 def reference_distances(queries: np.ndarray, stored: np.ndarray, ids: np.ndarray, metric: str,
                         turbo: Optional[Mapping[str, np.ndarray]] = None
                         ) -> tuple[np.ndarray, np.ndarray, int]:
-    """What a query-time hook must return, in float64, for ``oracles.close``: the distances of
+    """What a query-time hook must return, in float64, for ``fuzzkit.oracles.close``: the distances of
     ``ids`` (-1 = padding, +inf), the magnitude the float32 error scales with, and the
     reduction length.  ``stored`` is the float32 base, or with ``turbo`` (``centroids``,
     ``scales``, ``norms``, ``query_norms2``) the codes, and then ``queries`` are the rotated

@@ -1,6 +1,6 @@
 """Exact k-nearest neighbours in float64: the ground truth every recall figure is measured against.
 
-Distances are the model's (:func:`targets.ann.model.distance`); the k best are taken by
+Distances are the model's (:func:`fuzzkit.targets.ann.model.distance`); the k best are taken by
 (distance, id).  Recall is tie-aware: a returned id whose exact distance equals the k-th best
 counts as a hit, whichever of the tied ids brute force happened to list -- and, given the float32
 slacks, so does one a float32 search cannot tell from the k-th best.
@@ -12,8 +12,8 @@ from typing import Optional
 
 import numpy as np
 
-from oracles.recall import recall_at_k
-from targets.ann import model
+from fuzzkit.oracles.recall import recall_at_k
+from fuzzkit.targets.ann import model
 
 
 def distances(x: np.ndarray, q: np.ndarray, metric: str) -> np.ndarray:
@@ -38,7 +38,7 @@ def recall(exact: np.ndarray, found_ids: np.ndarray, k: int,
            slack: Optional[np.ndarray] = None) -> np.ndarray:
     """Per-query tie-aware recall@k of ``found_ids`` (q, k) given the (q, n) exact distances.
 
-    With ``slack`` (q, n) -- the float32 bound of :func:`targets.ann.bounds.exact_slack` -- the
+    With ``slack`` (q, n) -- the float32 bound of :func:`fuzzkit.targets.ann.bounds.exact_slack` -- the
     ties are taken up to float32 resolution: an id whose distance interval ``exact +- slack``
     reaches the k-th best's counts as a hit.  A float32 search cannot tell such distances
     apart (below ~1e-38 squared distances underflow to 0 and *every* candidate ties), so

@@ -14,7 +14,7 @@ exact where the model is exact and bounded where float32 is allowed:
    the search is judged on the implementation's own index.
 2. **Result validity**: ids in range, unique, sorted by (distance, id) by the returned distances,
    ``-1`` / ``+inf`` padding only at the end; every returned distance within the float32 slack
-   (:mod:`targets.ann.bounds`) of the model's distance for that id -- the exact metric, or with
+   (:mod:`fuzzkit.targets.ann.bounds`) of the model's distance for that id -- the exact metric, or with
    turbo storage and no rerank the float64 asymmetric estimate.
 3. **Equality with the reference**: the search is deterministic, so on every query where no
    beam cut was ambiguous (the reference's ``aux["ambiguous"]``) the visited count is equal and
@@ -31,12 +31,12 @@ from typing import Any, Mapping, Optional
 
 import numpy as np
 
-import oracles
+import fuzzkit.oracles
 from fuzzkit.failure import Failure
-from oracles.recall import compare_recall
-from targets.ann import brute, model, reference
-from targets.ann.model import Params
-from targets.quant import checks as quant_checks
+from fuzzkit.oracles.recall import compare_recall
+from fuzzkit.targets.ann import brute, model, reference
+from fuzzkit.targets.ann.model import Params
+from fuzzkit.targets.quant import checks as quant_checks
 
 OUTPUT_KEYS = ("ids", "distances", "visited_count", "cell_table", "cell_coords", "cell_offsets",
                "cell_members", "graph")
@@ -234,7 +234,7 @@ def check_scales(inputs: Mapping[str, Any], expected: Mapping[str, Any],
     """float32 scales within the quant oracle's ``2D + 6`` bound of the float64 ones."""
     dim = np.asarray(inputs["queries"]).shape[1]
     want = expected["aux"]["derived_scales"]
-    failure = oracles.close(want, np.asarray(actual["scales"]), dtype="float32",
+    failure = fuzzkit.oracles.close(want, np.asarray(actual["scales"]), dtype="float32",
                             reduction_length=2 * dim + 6, magnitude=want, name="scales")
     return None if failure is None else Failure(
         failure.kind, "ann turbo storage: " + failure.message, "mismatch:ann:scales",
@@ -315,7 +315,7 @@ def check_against_reference(expected: Mapping[str, Any], ids: np.ndarray,
     scores = np.where(eligible, aux["rank"][rows], np.inf)
     tolerance = 2.0 * np.max(np.where(eligible, aux["rank_slack"][rows], 0.0), axis=1,
                              initial=0.0)
-    failure = oracles.topk(scores, ids[rows], k=ids.shape[1], largest=False,
+    failure = fuzzkit.oracles.topk(scores, ids[rows], k=ids.shape[1], largest=False,
                            tolerance=tolerance, name="results")
     if failure is None:
         return None
@@ -333,7 +333,7 @@ def check_against_reference(expected: Mapping[str, Any], ids: np.ndarray,
 
 def recall_claim(p: Params, covered: bool) -> Optional[float]:
     """The mean recall@k OctEx claims on in-distribution queries (stored vectors plus a little
-    noise, :func:`targets.ann.properties.recall_claim`), or None where it claims nothing.
+    noise, :func:`fuzzkit.targets.ann.properties.recall_claim`), or None where it claims nothing.
 
     The claim is made where the model makes it plausible for *any* data: l2 (a near-copy of
     ``x`` has ``x`` as its nearest neighbour; under ``ip`` it need not), every stored vector

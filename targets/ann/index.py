@@ -1,9 +1,9 @@
 """The vectorized NumPy OctEx index: build, insert, probe and search (the ``numpy`` implementation).
 
 The build (tables, cells, the kNN graph, turbo codes) is whole-array NumPy; its discrete
-decisions use the model's arithmetic from :mod:`targets.ann.model`, so it makes exactly the
+decisions use the model's arithmetic from :mod:`fuzzkit.targets.ann.model`, so it makes exactly the
 reference's decisions.  The search computes float32 distances.  Its two query-time steps are
-module-level *hooks* (NumPy ones in :mod:`targets.ann.numpy_hooks`, imported here) that the
+module-level *hooks* (NumPy ones in :mod:`fuzzkit.targets.ann.numpy_hooks`, imported here) that the
 Triton implementation replaces with kernels:
 
 * :func:`candidate_distances` -- distances from each query to its (padded) candidate ids;
@@ -15,7 +15,7 @@ for every implementation, so two implementations differ only in those two steps.
 looks its default hooks up at call time, so a mutant that patches a module attribute here takes
 effect.
 
-Edges of this code (declared in :mod:`targets.ann.thresholds`, where the strategy aims): the
+Edges of this code (declared in :mod:`fuzzkit.targets.ann.thresholds`, where the strategy aims): the
 graph is built in blocks of ``GRAPH_BLOCK`` rows (a second block from 257 vectors, or 257
 inserted ones); a graph row meets ``n - 1 < R`` (-1 padding), a cell its capacity ``C``, the
 frontier a query's candidate count, the result ``k > n``, the rerank pool ``max(k, E)``.
@@ -28,15 +28,15 @@ from typing import Any, Callable, Mapping, Optional
 
 import numpy as np
 
-from targets.ann import model
-from targets.ann.model import (Params, cell_centre, cell_coords, face_fraction, project,
+from fuzzkit.targets.ann import model
+from fuzzkit.targets.ann.model import (Params, cell_centre, cell_coords, face_fraction, project,
                                squared_norm, tables)
 # The NumPy query-time hooks (the ``numpy`` implementation's own code; the Triton one replaces
 # them), imported as the search's defaults -- mutants and the benchmark address them here.
-from targets.ann.numpy_hooks import (  # noqa: F401
+from fuzzkit.targets.ann.numpy_hooks import (  # noqa: F401
     candidate_distances, estimated_distances, expand, first_occurrences, gathered_distances)
-from targets.quant import numpy_impl as quant_numpy
-from targets.quant import reference as quant_reference
+from fuzzkit.targets.quant import numpy_impl as quant_numpy
+from fuzzkit.targets.quant import reference as quant_reference
 
 CandidateDistances = Callable[["Index", np.ndarray, np.ndarray], np.ndarray]
 Expand = Callable[["Index", np.ndarray, np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
@@ -396,7 +396,7 @@ def search(index: Index, q_vectors: np.ndarray, *,
 
 
 def outputs(index: Index, result: Result) -> dict[str, Any]:
-    """The output record (schema in :mod:`targets.ann`)."""
+    """The output record (schema in :mod:`fuzzkit.targets.ann`)."""
     out = {
         "ids": result.ids.astype(np.int64),
         "distances": result.distances,

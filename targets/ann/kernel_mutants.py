@@ -1,13 +1,13 @@
 """Buggy variants of the ``ann`` Triton kernels, each a patch that swaps one in.
 
-Every mutant is the *correct* kernel source of :mod:`targets.ann.kernels` with one line
+Every mutant is the *correct* kernel source of :mod:`fuzzkit.targets.ann.kernels` with one line
 replaced (shown in each docstring), compiled as a real Triton kernel -- natively on a GPU, under
 ``TRITON_INTERPRET=1`` without one -- and installed as ``kernels.dist_kernel`` or
 ``kernels.exp_kernel``, which the launchers look up at call time (the mechanism of
 :func:`fuzzkit.mutants.source_edit`: an anchor line that no longer occurs exactly once raises
 ``RuntimeError`` instead of silently testing the clean kernel).
 
-They act on the ``triton`` implementation of the ``ann`` target; ``targets.ann.mutants`` lists
+They act on the ``triton`` implementation of the ``ann`` target; ``fuzzkit.targets.ann.mutants`` lists
 them from :data:`KERNEL_MUTANTS`.  ``tests/test_ann_kernels.py`` shows each one failing the
 kernel-level float64 comparison.
 """
@@ -17,7 +17,7 @@ from __future__ import annotations
 from fuzzkit.mutants import Patch, source_edit
 
 #: The module the mutants edit, imported only when one is applied (it needs Triton).
-_KERNELS = "targets.ann.kernels"
+_KERNELS = "fuzzkit.targets.ann.kernels"
 
 
 partial_tile_mask = source_edit(

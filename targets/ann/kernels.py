@@ -1,6 +1,6 @@
 """Triton kernels of the ``ann`` target's query path: candidate distances and one expansion round.
 
-The two query-time steps of :func:`targets.ann.index.search` (the hooks ``candidate_distances``
+The two query-time steps of :func:`fuzzkit.targets.ann.index.search` (the hooks ``candidate_distances``
 and ``expand``; the loop over the ``T`` rounds and every top-E / top-k selection stay in NumPy,
 shared by both implementations) run as kernels here -- natively on a GPU, under
 ``TRITON_INTERPRET=1`` without one.  Launchers take torch tensors on
@@ -17,7 +17,7 @@ Distances (``distance_kernel``)
 is the distance of query ``i`` to vector ``ids[i, j]``, ``+inf`` at padding.  Metric ``"l2"``:
 squared Euclidean distance ``sum_d (x_d - q_d)^2``; ``"ip"``: ``-<x, q>``.  With ``turbo``
 (:class:`Turbo`) ``stored`` holds codes (``uint8`` for turbo8; turbo16's ``uint16`` codes as
-``int16``, widened in the kernel with ``& 0xFFFF`` as in :mod:`targets.quant.kernels`),
+``int16``, widened in the kernel with ``& 0xFFFF`` as in :mod:`fuzzkit.targets.quant.kernels`),
 ``queries`` are the *rotated* queries ``R q``, and the distance comes from the asymmetric score
 ``s = scale_j * sum_d (Rq)_d * centroids[codes_j,d]``: ``-s`` for ip,
 ``||q||^2 + norm_j^2 - 2 s`` for l2 (``norm_j = ||v_j||``, the stored norm; ``||q||^2`` is
@@ -58,7 +58,7 @@ output (``E * R`` lanes x ``BLOCK_D`` would not fit one GPU program's registers 
 beams; the tiled distance kernel scales).
 
 Block sizes (``@triton.autotune`` needs a GPU driver; picked by hand) are launch parameters
-chosen per mode in :mod:`targets.ann.tiles` (which the fuzzer reads as thresholds).  GPU:
+chosen per mode in :mod:`fuzzkit.targets.ann.tiles` (which the fuzzer reads as thresholds).  GPU:
 distances one query row x 64 candidates x 64 dims per program, 4 warps; expansion
 ``max(1, 256 // BLOCK_P)`` rows per program, comparison chunks of 16 positions (4096-element
 compare tiles), 8 warps once ``BLOCK_P >= 1024``.  Interpreter (each program costs
@@ -84,7 +84,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from fuzzkit import triton_support
-from targets.ann import tiles as _tiles
+from fuzzkit.targets.ann import tiles as _tiles
 
 triton_support.prepare()
 
@@ -97,7 +97,7 @@ METRICS = ("l2", "ip")
 # ----------------------------------------------------------------------------- launch constants
 
 #: Warps of a distance program (and of an expansion program below BLOCK_P = 1024); the tile
-#: sizes are in :mod:`targets.ann.tiles`.
+#: sizes are in :mod:`fuzzkit.targets.ann.tiles`.
 NUM_WARPS = 4
 #: Zero elements after the last row of a :func:`guarded` buffer (>= every block_d used).
 GUARD = 128
@@ -331,7 +331,7 @@ def distances(queries: torch.Tensor, stored: torch.Tensor, ids: torch.Tensor, *,
 
 def expand_config(q: int, width: int) -> tuple[int, int, int]:
     """``(BLOCK_Q, BLOCK_P, BLOCK_J)`` of an expansion over ``q`` rows of ``width = E * R`` in
-    the current mode (:func:`targets.ann.tiles.expand_config`)."""
+    the current mode (:func:`fuzzkit.targets.ann.tiles.expand_config`)."""
     return _tiles.expand_config(q, width, _tiles.current())
 
 

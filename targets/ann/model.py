@@ -1,6 +1,6 @@
 """The arithmetic the OctEx model is defined by, shared by the reference and every implementation.
 
-The model (``docs/COMPONENTS.md``, restated in :mod:`targets.ann`) makes discrete decisions from
+The model (``docs/COMPONENTS.md``, restated in :mod:`fuzzkit.targets.ann`) makes discrete decisions from
 floating-point values: which cell a vector falls in (a ``floor``), which ``C`` members a cell keeps
 and which ``R`` ids a graph row holds (orderings of float64 distances).  If the reference and the
 optimized build computed those values with different summation orders, a value within one ulp of a
@@ -13,7 +13,7 @@ NumPy build on whole blocks; elementwise, the operations are identical, so the r
 bit-identical.
 
 Query-time distances are different: an implementation may compute them in float32 in any order,
-and the oracle allows the derived rounding bound (:mod:`targets.ann.checks`).
+and the oracle allows the derived rounding bound (:mod:`fuzzkit.targets.ann.checks`).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ PARAM_KEYS = ("L", "m", "w", "C", "R", "E", "T", "P", "k", "seed", "metric", "st
 
 @dataclasses.dataclass(frozen=True)
 class Params:
-    """OctEx parameters (see :mod:`targets.ann` for their meaning).  ``w is None`` is the one
+    """OctEx parameters (see :mod:`fuzzkit.targets.ann` for their meaning).  ``w is None`` is the one
     infinite cell per table that holds every vector."""
 
     L: int

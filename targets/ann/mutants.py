@@ -1,9 +1,9 @@
 """Realistic bugs in OctEx-style indexes, each a patch of the NumPy index.
 
-Each mutant replaces one module-level step of :mod:`targets.ann.index` (the reference, which
-reads :mod:`targets.ann.model` directly, is untouched).  ``tests/test_ann_mutants.py`` shows each
+Each mutant replaces one module-level step of :mod:`fuzzkit.targets.ann.index` (the reference, which
+reads :mod:`fuzzkit.targets.ann.model` directly, is untouched).  ``tests/test_ann_mutants.py`` shows each
 one caught on a small case; ``fuzzkit mutants ann`` finds them from scratch.  The Triton kernels'
-own mutants live in :mod:`targets.ann.kernel_mutants`.
+own mutants live in :mod:`fuzzkit.targets.ann.kernel_mutants`.
 
 The last four live only past an edge: ``graph-block-offset`` past the graph build's first
 256-row block, ``fast-floor`` on a projection exactly on a negative grid line,
@@ -20,8 +20,8 @@ import numpy as np
 
 from fuzzkit.mutants import device_mutants, patch
 from fuzzkit.target import Mutant
-from targets.ann import index, model, reference
-from targets.ann.model import Params
+from fuzzkit.targets.ann import index, model, reference
+from fuzzkit.targets.ann.model import Params
 
 _ORIGINAL_EXPAND = index.expand
 _ORIGINAL_PROBE_ORDER = index.probe_order
@@ -266,4 +266,4 @@ MUTANTS: tuple[Mutant, ...] = (
 
 
 #: The Triton kernels' mutants, on the ``triton`` implementation.
-DEVICE_MUTANTS: list[Mutant] = device_mutants("targets.ann.kernel_mutants")
+DEVICE_MUTANTS: list[Mutant] = device_mutants("fuzzkit.targets.ann.kernel_mutants")

@@ -1,15 +1,15 @@
 """The ``numpy`` implementation's two query-time hooks (and the distances they gather).
 
-:func:`targets.ann.index.search` runs every step of a query -- probing, the ``T`` rounds,
+:func:`fuzzkit.targets.ann.index.search` runs every step of a query -- probing, the ``T`` rounds,
 every top-E / top-k selection, rerank -- and delegates two of them to hooks: the candidates'
 distances and one expansion round.  These are the NumPy hooks, the ``numpy`` implementation's
 own code; the ``triton`` implementation replaces exactly these two with kernels
-(:mod:`targets.ann.kernels`), so the rest of :mod:`targets.ann.index` is the driver both run
+(:mod:`fuzzkit.targets.ann.kernels`), so the rest of :mod:`fuzzkit.targets.ann.index` is the driver both run
 through.  They live in a module of their own so that coverage can tell the two apart.
 
-:mod:`targets.ann.index` imports them as the search's defaults, and the query distance they
+:mod:`fuzzkit.targets.ann.index` imports them as the search's defaults, and the query distance they
 use is looked up there at call time (``index.query_distance``), so a mutant that patches a name
-on :mod:`targets.ann.index` changes these hooks too.
+on :mod:`fuzzkit.targets.ann.index` changes these hooks too.
 """
 
 from __future__ import annotations
@@ -19,16 +19,16 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from targets.ann import model
-from targets.ann.model import squared_norm
+from fuzzkit.targets.ann import model
+from fuzzkit.targets.ann.model import squared_norm
 
 if TYPE_CHECKING:  # pragma: no cover - annotations only
-    from targets.ann.index import Index
+    from fuzzkit.targets.ann.index import Index
 
 
 def _index_module() -> ModuleType:
-    """:mod:`targets.ann.index`, looked up at call time (it imports this module)."""
-    from targets.ann import index
+    """:mod:`fuzzkit.targets.ann.index`, looked up at call time (it imports this module)."""
+    from fuzzkit.targets.ann import index
 
     return index
 

@@ -2,7 +2,7 @@
 
 Each relation reruns the implementation on a transformed case and compares the runs exactly
 where the model makes them exact.  "Recall" here is tie-aware recall@k against float64 brute
-force (:mod:`targets.ann.brute`).
+force (:mod:`fuzzkit.targets.ann.brute`).
 
 Why the candidate-set relations run with ``T = 0`` and ``k = n``: with ``T = 0`` the visited set
 *is* the candidate set, and with ``k = n`` (and a rerank pool of ``max(k, E) = n``) the result
@@ -27,10 +27,10 @@ import numpy as np
 from fuzzkit import relations
 from fuzzkit.failure import Failure
 from fuzzkit.target import Property
-from oracles.topk import topk
-from oracles.recall import recall
-from targets.ann import bounds, brute, checks, reference
-from targets.ann.model import Params
+from fuzzkit.oracles.topk import topk
+from fuzzkit.oracles.recall import recall
+from fuzzkit.targets.ann import bounds, brute, checks, reference
+from fuzzkit.targets.ann.model import Params
 
 Impl = Callable[[Mapping[str, Any]], Mapping[str, Any]]
 
@@ -304,7 +304,7 @@ def in_distribution_queries(x: np.ndarray, count: int, seed: int, noise: float,
 
 
 def recall_claim(impl: Impl, inputs: Mapping[str, Any]) -> Optional[Failure]:
-    """Where :func:`targets.ann.checks.recall_claim` states a bound, the mean recall@k on
+    """Where :func:`fuzzkit.targets.ann.checks.recall_claim` states a bound, the mean recall@k on
     ``RECALL_QUERIES`` seeded in-distribution queries reaches it with ``RECALL_CONFIDENCE``
     (Hoeffding: the queries are i.i.d. draws, so the verdict fails a correct index with
     probability at most 1 %, and -- seeded -- never flakes).  Recall is tie-aware up to float32

@@ -3,13 +3,13 @@
 It builds over ``vectors ++ inserted`` in one go (an insert must leave the index a build would
 have made), with Python dictionaries for cells, sorted lists of ``(distance, id)`` pairs for cell
 lists and graph rows, and Python sets for the visited set.  The arithmetic behind its decisions is
-:mod:`targets.ann.model`'s, so that an optimized build that makes the same decisions matches it
+:mod:`fuzzkit.targets.ann.model`'s, so that an optimized build that makes the same decisions matches it
 bit for bit (see that module for why).
 
 Besides the outputs an implementation returns, :func:`run` returns ``"aux"`` for the oracle:
 the visited set, the distances the search ranked by and their float32 slacks, the candidate
 pool of a rerank, the quant codes' rounding band, and per query whether a cut was *ambiguous*
-(:mod:`targets.ann.bounds`).
+(:mod:`fuzzkit.targets.ann.bounds`).
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from typing import Any, Mapping, Optional
 
 import numpy as np
 
-from targets.ann import bounds, brute, model
-from targets.ann.model import Params
-from targets.quant import reference as quant_reference
+from fuzzkit.targets.ann import bounds, brute, model
+from fuzzkit.targets.ann.model import Params
+from fuzzkit.targets.quant import reference as quant_reference
 
 Cells = dict[tuple[int, tuple[int, ...]], list[int]]
 

@@ -4,7 +4,7 @@ A case is a dataset, a query batch and a configuration.  Three things decide whe
 found at all, and the strategy aims at each.
 
 **Sizes at the code's edges.**  The implementations declare where their code changes path
-(:mod:`targets.ann.thresholds`: the graph build's 256-row block, the Triton kernels' tiles as
+(:mod:`fuzzkit.targets.ann.thresholds`: the graph build's 256-row block, the Triton kernels' tiles as
 launched in this mode, and the *relative* edges where a parameter meets the data -- a graph row
 of degree ``R`` over ``n - 1`` ids, a cell of capacity ``C`` over its population, a frontier of
 ``E`` over a query's candidates, ``k`` over ``n``, the rerank pool ``max(k, E)``, ``P - 1``
@@ -46,10 +46,10 @@ from hypothesis import strategies as st
 
 from fuzzkit import reach, values
 from fuzzkit.reach import Threshold
-from targets.ann import checks, model, tiles
-from targets.ann import thresholds as edges
-from targets.ann.model import Params
-from targets.quant import checks as quant_checks
+from fuzzkit.targets.ann import checks, model, tiles
+from fuzzkit.targets.ann import thresholds as edges
+from fuzzkit.targets.ann.model import Params
+from fuzzkit.targets.quant import checks as quant_checks
 
 Draw = Callable[[Any], Any]
 
@@ -221,7 +221,7 @@ def _width(draw: Draw, x: np.ndarray, queries: np.ndarray, m: int, L: int, seed:
 def _fill(draw: Draw, name: str, ths: Sequence[Threshold], have: int, lo_value: int,
           hi_value: int, base: st.SearchStrategy[int]) -> int:
     """A parameter ``v`` in ``[lo_value, hi_value]`` drawn through its fill size
-    ``have - v + 1`` (see :mod:`targets.ann.thresholds`); ``base`` draws ``v`` the usual way."""
+    ``have - v + 1`` (see :mod:`fuzzkit.targets.ann.thresholds`); ``base`` draws ``v`` the usual way."""
     lo, hi = have + 1 - hi_value, have + 1 - lo_value
     fill = _size(draw, name, ths, lo=lo, hi=hi,
                  base=base.map(lambda v: min(hi, max(lo, have + 1 - v))))
@@ -401,7 +401,7 @@ def inputs(thresholds: tuple = ()) -> st.SearchStrategy[dict[str, Any]]:
     ``target.thresholds_for(impl)``).  Called without them (tests, tools) it aims at every
     implementation's."""
     if not thresholds:
-        from targets.ann import target
+        from fuzzkit.targets.ann import target
 
         thresholds = target().thresholds_for(None)
     return _inputs(tuple(thresholds))

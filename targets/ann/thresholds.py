@@ -2,7 +2,7 @@
 how to find each named size in a case (:data:`SIZES`, ``Target.sizes``).
 
 Two kinds of edges.  *Fixed* ones are constants of the code: the graph build's row block
-(``index.GRAPH_BLOCK``) and the Triton kernels' tiles (:mod:`targets.ann.tiles`, which differ
+(``index.GRAPH_BLOCK``) and the Triton kernels' tiles (:mod:`fuzzkit.targets.ann.tiles`, which differ
 under the interpreter and on a GPU, so :func:`kernel_thresholds` reads the mode).  *Relative*
 ones are where a parameter meets the data: a graph row of degree ``R`` over ``n - 1`` other ids
 (``-1`` padding below, a cut above), a cell of capacity ``C`` over its population (free slots
@@ -26,8 +26,8 @@ from typing import Any, Iterable, Mapping, Optional
 import numpy as np
 
 from fuzzkit.reach import Size, Threshold
-from targets.ann import index, model, reference, tiles
-from targets.ann.model import Params
+from fuzzkit.targets.ann import index, model, reference, tiles
+from fuzzkit.targets.ann.model import Params
 
 #: Largest n (and inserted count) worth drawing past the graph block: n = 560 builds, searches
 #: and judges in about a second on one core (the float64 kNN graph and its check are O(n^2)).

@@ -5,8 +5,8 @@ its loop a second step, and the strategy must aim at exactly those sizes *in the
 kernels run in* -- natively on a GPU, or under ``TRITON_INTERPRET=1``, where every Triton
 operation costs a fraction of a millisecond however small its tile, so the cost of a launch is
 the number of programs times the operations each runs.  The tile sizes are therefore launch
-parameters chosen here per mode, used by the launchers in :mod:`targets.ann.kernels` and
-declared as thresholds by :mod:`targets.ann.thresholds`, from one table.  Nothing here imports
+parameters chosen here per mode, used by the launchers in :mod:`fuzzkit.targets.ann.kernels` and
+declared as thresholds by :mod:`fuzzkit.targets.ann.thresholds`, from one table.  Nothing here imports
 torch or triton, so the strategy can read them.
 
 Distances (``distance_kernel``): one program owns ``BLOCK_Q`` query rows x ``BLOCK_M`` candidate
@@ -67,7 +67,7 @@ class Tiles:
         return max(self.expand_rows, self.expand_lanes // block_p(width))
 
 
-#: Native launch on a GPU (4 warps a distance program; see :mod:`targets.ann.kernels`).
+#: Native launch on a GPU (4 warps a distance program; see :mod:`fuzzkit.targets.ann.kernels`).
 GPU = Tiles(dist_q=1, dist_m=64, dist_d=64, at_most=0, expand_lanes=256, expand_rows=1,
             expand_compares=4096, chunk_floor=1, max_chunks=0, rows_at_most=0, shrink_m=False)
 #: Under ``TRITON_INTERPRET=1``: small first tiles that cheap cases cross, doubling with size.

@@ -1,6 +1,6 @@
-"""Implementation "triton": the NumPy build and search of :mod:`targets.ann.index`, with the two
+"""Implementation "triton": the NumPy build and search of :mod:`fuzzkit.targets.ann.index`, with the two
 query-time hooks (``candidate_distances``, ``expand``) running as the Triton kernels of
-:mod:`targets.ann.kernels` -- natively on a GPU, under ``TRITON_INTERPRET=1`` without one.
+:mod:`fuzzkit.targets.ann.kernels` -- natively on a GPU, under ``TRITON_INTERPRET=1`` without one.
 
 Everything else -- probing, the ``T``-round loop, every top-E / top-k selection by (distance,
 id), rerank -- is the NumPy code both implementations share, so the two differ only in the
@@ -24,8 +24,8 @@ from typing import Any, Mapping, Optional
 
 import numpy as np
 
-from targets.ann import index as ann_index
-from targets.ann import model
+from fuzzkit.targets.ann import index as ann_index
+from fuzzkit.targets.ann import model
 
 
 class KernelHooks:
@@ -33,7 +33,7 @@ class KernelHooks:
 
     def __init__(self) -> None:
         from fuzzkit import triton_support
-        from targets.ann import kernels
+        from fuzzkit.targets.ann import kernels
 
         self.kernels = kernels
         self.device = triton_support.device()

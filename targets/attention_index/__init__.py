@@ -31,42 +31,42 @@ from __future__ import annotations
 
 from fuzzkit import triton_support
 from fuzzkit.target import Implementation, Target, lazy
-from targets.attention_index import checks, reference
+from fuzzkit.targets.attention_index import checks, reference
 
 
 def _kernel_thresholds() -> tuple:
     """The Triton kernels' tiles as launched in this process's mode (interpreter or GPU)."""
-    from targets.attention_index import tiles
+    from fuzzkit.targets.attention_index import tiles
 
     return tiles.thresholds()
 
 
 def target() -> Target:
-    """The ``attention_index`` target (entry point ``targets.attention_index:target``)."""
-    from targets.attention_index import thresholds
-    from targets.attention_index.limits import LIMITS
-    from targets.attention_index.mutants import DEVICE_MUTANTS, MUTANTS
-    from targets.attention_index.properties import PROPERTIES
+    """The ``attention_index`` target (entry point ``fuzzkit.targets.attention_index:target``)."""
+    from fuzzkit.targets.attention_index import thresholds
+    from fuzzkit.targets.attention_index.limits import LIMITS
+    from fuzzkit.targets.attention_index.mutants import DEVICE_MUTANTS, MUTANTS
+    from fuzzkit.targets.attention_index.properties import PROPERTIES
 
     return Target(
         name="attention_index",
         description="sparse-attention lightning indexer: dense, HiSA blocks and AttentionIndex "
                     "(chunked k-means groups, sink/local), float32 vs float64",
-        strategy=lazy("targets.attention_index.strategies:inputs"),
+        strategy=lazy("fuzzkit.targets.attention_index.strategies:inputs"),
         reference=reference.run,
         implementations={
             "numpy": Implementation(
-                "numpy", lazy("targets.attention_index.index:run"), backend="numpy",
+                "numpy", lazy("fuzzkit.targets.attention_index.index:run"), backend="numpy",
                 description="vectorized NumPy indexer, float32 scores",
-                sources=("targets.attention_index.index",),
+                sources=("fuzzkit.targets.attention_index.index",),
             ),
             "triton": Implementation(
-                "triton", lazy("targets.attention_index.triton_impl:run"), backend="triton",
+                "triton", lazy("fuzzkit.targets.attention_index.triton_impl:run"), backend="triton",
                 description="NumPy build + Triton kernels for scoring and top-k",
-                unavailable=triton_support.unavailable_with("targets.attention_index.triton_impl"),
+                unavailable=triton_support.unavailable_with("fuzzkit.targets.attention_index.triton_impl"),
                 thresholds=_kernel_thresholds,
-                sources=("targets.attention_index.triton_impl", "targets.attention_index.kernels",
-                         "targets.attention_index.index"),
+                sources=("fuzzkit.targets.attention_index.triton_impl", "fuzzkit.targets.attention_index.kernels",
+                         "fuzzkit.targets.attention_index.index"),
             ),
         },
         oracle=checks.oracle,
@@ -76,6 +76,6 @@ def target() -> Target:
         validate=checks.validate,
         thresholds=thresholds.SHARED,
         sizes=thresholds.SIZES,
-        sources=("targets.attention_index.model",),
+        sources=("fuzzkit.targets.attention_index.model",),
         limits=LIMITS,
     )

@@ -34,7 +34,7 @@ from typing import Any, Mapping, Optional
 import numpy as np
 
 from fuzzkit.failure import Failure
-from targets.attention_index import model, reference
+from fuzzkit.targets.attention_index import model, reference
 
 INPUT_KEYS = ("q", "w", "k", "topk", "method")
 

@@ -20,7 +20,7 @@ from typing import Any, Callable, Mapping, Optional
 
 import numpy as np
 
-from targets.attention_index import model
+from fuzzkit.targets.attention_index import model
 
 
 # ------------------------------------------------------------------------------------ hooks

@@ -1,6 +1,6 @@
 """Buggy variants of the ``attention_index`` Triton kernels, each a patch that swaps one in.
 
-Every mutant is the *correct* kernel source of :mod:`targets.attention_index.kernels` with one
+Every mutant is the *correct* kernel source of :mod:`fuzzkit.targets.attention_index.kernels` with one
 line replaced (shown in each docstring), compiled as a real Triton kernel -- natively on a GPU,
 under ``TRITON_INTERPRET=1`` without one -- and installed as ``kernels.rep_kernel``,
 ``kernels.member_kernel`` or ``kernels.select_kernel``, which the launchers look up at call time
@@ -8,7 +8,7 @@ under ``TRITON_INTERPRET=1`` without one -- and installed as ``kernels.rep_kerne
 ``RuntimeError`` instead of silently testing the clean kernel).
 
 They act on the ``triton`` implementation of the ``attention_index`` target;
-``targets.attention_index.mutants`` lists them from :data:`KERNEL_MUTANTS`.
+``fuzzkit.targets.attention_index.mutants`` lists them from :data:`KERNEL_MUTANTS`.
 ``tests/test_attention_index_kernels.py`` shows each one failing the kernel-level float64
 comparison.
 """
@@ -18,7 +18,7 @@ from __future__ import annotations
 from fuzzkit.mutants import Patch, source_edit
 
 #: The module the mutants edit, imported only when one is applied (it needs Triton).
-_KERNELS = "targets.attention_index.kernels"
+_KERNELS = "fuzzkit.targets.attention_index.kernels"
 
 
 stale_member_list = source_edit(

@@ -1,5 +1,5 @@
 """Triton kernels of the ``attention_index`` target's query path: the three hooks of
-:mod:`targets.attention_index.index` -- representative scoring, member scoring and top-k
+:mod:`fuzzkit.targets.attention_index.index` -- representative scoring, member scoring and top-k
 selection -- natively on a GPU, under ``TRITON_INTERPRET=1`` without one.  Launchers take torch
 tensors on :func:`fuzzkit.triton_support.device`::
 
@@ -59,7 +59,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from fuzzkit import triton_support
-from targets.attention_index import tiles
+from fuzzkit.targets.attention_index import tiles
 
 triton_support.prepare()
 

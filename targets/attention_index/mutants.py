@@ -1,9 +1,9 @@
 """Realistic bugs in sparse-attention indexers, each a patch of the NumPy index.
 
-Each mutant replaces one module-level step of :mod:`targets.attention_index.index` (the reference
+Each mutant replaces one module-level step of :mod:`fuzzkit.targets.attention_index.index` (the reference
 is untouched).  ``tests/test_attention_index_mutants.py`` shows each one caught on a fixed case;
 ``fuzzkit mutants attention_index`` finds them from scratch.  The Triton kernels' own mutants
-live in :mod:`targets.attention_index.kernel_mutants` (wired in below when present).
+live in :mod:`fuzzkit.targets.attention_index.kernel_mutants` (wired in below when present).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import numpy as np
 
 from fuzzkit.mutants import device_mutants, patch
 from fuzzkit.target import Mutant
-from targets.attention_index import index, model
+from fuzzkit.targets.attention_index import index, model
 
 _ORIGINAL_SELECT = index.select_topk
 _ORIGINAL_REPS = index.score_representatives
@@ -254,4 +254,4 @@ MUTANTS: tuple[Mutant, ...] = (
 
 
 #: The Triton kernels' mutants, on the ``triton`` implementation.
-DEVICE_MUTANTS: list[Mutant] = device_mutants("targets.attention_index.kernel_mutants")
+DEVICE_MUTANTS: list[Mutant] = device_mutants("fuzzkit.targets.attention_index.kernel_mutants")

@@ -13,7 +13,7 @@
 * ``recall-claim`` (AttentionIndex, S >= 32): on non-negative head weights and in-distribution
   queries (keys plus noise), the mean recall@k is at least the mean share of causal keys it
   scores ("no worse than a random candidate set of the same size"), checked with Hoeffding at
-  99 % (:func:`oracles.recall.compare_recall`).  A stated heuristic claim, not a theorem: its
+  99 % (:func:`fuzzkit.oracles.recall.compare_recall`).  A stated heuristic claim, not a theorem: its
   measured false-alarm rate is reported in the README.  Not claimed for HiSA: block means of
   keys in random order can do worse than random (calibration margin down to -0.17, one firing
   in 1000 cases).  The claim is scale-free (queries relative to the keys' size, moved by a power
@@ -32,8 +32,8 @@ import numpy as np
 from fuzzkit import relations
 from fuzzkit.failure import Failure
 from fuzzkit.target import Property
-from oracles.recall import compare_recall, recall_at_k
-from targets.attention_index import model
+from fuzzkit.oracles.recall import compare_recall, recall_at_k
+from fuzzkit.targets.attention_index import model
 
 Impl = Callable[[Mapping[str, Any]], Mapping[str, Any]]
 

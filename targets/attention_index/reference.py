@@ -1,4 +1,4 @@
-"""The float64 reference: the model of :mod:`targets.attention_index` read literally, in loops.
+"""The float64 reference: the model of :mod:`fuzzkit.targets.attention_index` read literally, in loops.
 
 Outputs as the implementations' plus ``"aux"`` for the oracle: per query the float64 scores of
 every representative (``rep_scores`` (T, G), -inf when ineligible) with their float32 rounding
@@ -14,7 +14,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from targets.attention_index import model
+from fuzzkit.targets.attention_index import model
 
 
 def indexer(q: np.ndarray, w: np.ndarray, x: np.ndarray) -> float:

@@ -53,8 +53,8 @@ from hypothesis import strategies as st
 
 from fuzzkit import reach, values
 from fuzzkit.reach import Threshold
-from targets.attention_index import model
-from targets.attention_index.properties import CLAIM_MIN_KEYS
+from fuzzkit.targets.attention_index import model
+from fuzzkit.targets.attention_index.properties import CLAIM_MIN_KEYS
 
 #: (method, weight): dense carries the candidate tile (a row of S), AttentionIndex the most
 #: thresholds (chunked build, sink / local, the recall claim).
@@ -371,7 +371,7 @@ def inputs(thresholds: Optional[Sequence[Threshold]] = None
     """The target's strategy.  ``thresholds``: the sizes to aim at (the engine passes the
     target's plus the fuzzed implementation's); None: every declared one in this mode."""
     if thresholds is None:
-        from targets.attention_index import thresholds as shared, tiles
+        from fuzzkit.targets.attention_index import thresholds as shared, tiles
 
         thresholds = (*shared.SHARED, *tiles.thresholds())
     chosen = tuple(thresholds)

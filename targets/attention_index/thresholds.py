@@ -16,8 +16,8 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 
 from fuzzkit.reach import Size, Threshold
-from targets.attention_index import model
-from targets.attention_index.properties import CLAIM_MIN_KEYS
+from fuzzkit.targets.attention_index import model
+from fuzzkit.targets.attention_index.properties import CLAIM_MIN_KEYS
 
 SHARED = (
     Threshold("s", CLAIM_MIN_KEYS,

@@ -1,6 +1,6 @@
-"""Implementation "triton": :func:`targets.attention_index.index.search` with its three
+"""Implementation "triton": :func:`fuzzkit.targets.attention_index.index.search` with its three
 query-time hooks (``score_representatives``, ``score_members``, ``select_topk``) running as the
-Triton kernels of :mod:`targets.attention_index.kernels` -- natively on a GPU, under
+Triton kernels of :mod:`fuzzkit.targets.attention_index.kernels` -- natively on a GPU, under
 ``TRITON_INTERPRET=1`` without one.
 
 Everything else -- block means, the chunked k-means build, eligibility, candidate lists, sink
@@ -19,7 +19,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from targets.attention_index import index as ai_index
+from fuzzkit.targets.attention_index import index as ai_index
 
 
 class KernelHooks:
@@ -27,7 +27,7 @@ class KernelHooks:
 
     def __init__(self) -> None:
         from fuzzkit import triton_support
-        from targets.attention_index import kernels
+        from fuzzkit.targets.attention_index import kernels
 
         self.kernels = kernels
         self.device = triton_support.device()

@@ -2,8 +2,8 @@
 
 Inputs: ``{"graph": graph, "dtype": "float32"|"float16"|"bfloat16", "dynamic": bool,
 "values": [float32 arrays, one per graph input, exactly representable in dtype]}`` -- the graph
-is plain JSON (:mod:`targets.compiler.graphs`), built into a ``torch.fx.GraphModule`` whose
-call_function targets are :mod:`targets.compiler.graphs.ops` functions.
+is plain JSON (:mod:`fuzzkit.targets.compiler.graphs`), built into a ``torch.fx.GraphModule`` whose
+call_function targets are :mod:`fuzzkit.targets.compiler.graphs.ops` functions.
 
 Implementations (each call compiles the case's graph once, with the inputs cast to ``dtype``):
 
@@ -33,7 +33,7 @@ Reach (:mod:`.thresholds`): each implementation declares where its code changes 
 fusing compiler's ``MAX_BLOCK`` tiles as launched (interpreter / GPU), Inductor's C++ vector
 widths, reduction cut-offs and realization threshold, Dynamo's 0/1 specialisation -- and the
 strategy (:mod:`.strategies`) aims its sizes at them; ``Target.sizes`` measures those sizes in a
-case.  Coverage measures the fusing package (``targets.compiler.fusing``), Inductor's wrapper and
+case.  Coverage measures the fusing package (``fuzzkit.targets.compiler.fusing``), Inductor's wrapper and
 the driver here.
 """
 
@@ -74,7 +74,7 @@ def run_compiled(compile_fx: Callable[..., Any], inputs: Mapping[str, Any], devi
     import numpy as np
     import torch
 
-    from targets.compiler.graphs import build
+    from fuzzkit.targets.compiler.graphs import build
 
     gm = build.to_graph_module(inputs["graph"])
     dtype = torch_dtype(inputs["dtype"])
@@ -89,8 +89,8 @@ def run_compiled(compile_fx: Callable[..., Any], inputs: Mapping[str, Any], devi
 #: The built-in compilers: implementation name -> the module whose ``compile_fx(gm,
 #: example_inputs, **options)`` it runs.  A fixed allow-list: a name read from a file (a repro
 #: script's case, ``--impl``) selects among these modules, never names one.
-COMPILERS: dict[str, str] = {"fusing": "targets.compiler.fusing",
-                             "inductor": "targets.compiler.inductor"}
+COMPILERS: dict[str, str] = {"fusing": "fuzzkit.targets.compiler.fusing",
+                             "inductor": "fuzzkit.targets.compiler.inductor"}
 
 
 def compile_function(name: str) -> Optional[Callable[..., Any]]:
@@ -103,7 +103,7 @@ def compile_function(name: str) -> Optional[Callable[..., Any]]:
 
 
 def _fusing_run(inputs: Mapping[str, Any]) -> dict[str, Any]:
-    from targets.compiler import fusing
+    from fuzzkit.targets.compiler import fusing
 
     return run_compiled(fusing.compile_fx, inputs, triton_support.device())
 
@@ -111,7 +111,7 @@ def _fusing_run(inputs: Mapping[str, Any]) -> dict[str, Any]:
 def _inductor_run(inputs: Mapping[str, Any]) -> dict[str, Any]:
     import torch
 
-    from targets.compiler import inductor
+    from fuzzkit.targets.compiler import inductor
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     return run_compiled(inductor.compile_fx, inputs, device, dynamic=bool(inputs.get("dynamic")))
@@ -119,7 +119,7 @@ def _inductor_run(inputs: Mapping[str, Any]) -> dict[str, Any]:
 
 def reference(inputs: Mapping[str, Any]) -> dict[str, Any]:
     """Eager float64: every output plus every intermediate (inputs and nodes)."""
-    from targets.compiler.graphs import build
+    from fuzzkit.targets.compiler.graphs import build
 
     graph = inputs["graph"]
     values = build.run_reference(graph, inputs["values"])
@@ -137,25 +137,25 @@ def _inductor_unavailable() -> Any:
 
 
 def target() -> Target:
-    """The ``compiler`` target (entry point ``targets.compiler:target``)."""
-    from targets.compiler import checks, thresholds
-    from targets.compiler.limits import LIMITS
-    from targets.compiler.mutants import MUTANTS
+    """The ``compiler`` target (entry point ``fuzzkit.targets.compiler:target``)."""
+    from fuzzkit.targets.compiler import checks, thresholds
+    from fuzzkit.targets.compiler.limits import LIMITS
+    from fuzzkit.targets.compiler.mutants import MUTANTS
 
     return Target(
         name="compiler",
         description="random fx graphs compiled by torch.compile (Inductor) and an in-project "
                     "fusing Triton compiler, in float32/float16/bfloat16, vs eager float64",
-        strategy=lazy("targets.compiler.strategies:inputs"),
+        strategy=lazy("fuzzkit.targets.compiler.strategies:inputs"),
         reference=reference,
         implementations={
             "fusing": Implementation(
                 "fusing", _fusing_run, backend="triton",
                 description="in-project fusing compiler: elementwise chains + last-dim "
                             "reductions as generated Triton kernels, the rest eager",
-                unavailable=triton_support.unavailable_with("targets.compiler.fusing.runtime"),
+                unavailable=triton_support.unavailable_with("fuzzkit.targets.compiler.fusing.runtime"),
                 thresholds=thresholds.fusing_thresholds,
-                sources=("targets.compiler.fusing",),
+                sources=("fuzzkit.targets.compiler.fusing",),
             ),
             "inductor": Implementation(
                 "inductor", _inductor_run, backend="torch",
@@ -163,7 +163,7 @@ def target() -> Target:
                             "dynamic shapes (C++ on CPU, Triton on GPU)",
                 unavailable=_inductor_unavailable,
                 thresholds=thresholds.inductor_thresholds,
-                sources=("targets.compiler.inductor",),
+                sources=("fuzzkit.targets.compiler.inductor",),
             ),
         },
         oracle=checks.oracle,
@@ -171,10 +171,10 @@ def target() -> Target:
         reducible=(),
         # `fuzzkit bisect`: the first diverging node and its smallest failing window, plus a
         # standalone repro script (:mod:`.bisect`, :mod:`.repro`)
-        bisect=lazy("targets.compiler.bisect:bisection"),
+        bisect=lazy("fuzzkit.targets.compiler.bisect:bisection"),
         validate=checks.validate,
         limits=LIMITS,
         sizes=thresholds.SIZES,
         # the driver every implementation runs through (build, compile, run, widen)
-        sources=("targets.compiler.__init__",),
+        sources=("fuzzkit.targets.compiler.__init__",),
     )

@@ -1,7 +1,7 @@
 """Bisect a failing compiler-graph case down to the first diverging node and its smallest window.
 
 A "graph target" takes inputs ``{"graph": ..., "values": [...], "dtype": ..., ...}`` (see
-:mod:`targets.compiler.graphs`) and its reference returns
+:mod:`fuzzkit.targets.compiler.graphs`) and its reference returns
 ``{"outputs": [...], "intermediates": {name: ...}}`` in float64.  Delta debugging over a whole
 graph (what ``torch._functorch.fx_minifier`` does) costs many compiles; with the float64
 intermediates in hand the search can be a bisection instead:
@@ -23,7 +23,7 @@ intermediates in hand the search can be a bisection instead:
 Every candidate must fail with the *same* dtype and error class as the original failure (the
 divergence signature ``mismatch:<op>:<dtype>:<class>``; the op may differ while searching), so the
 search stays on one bug.  Each implementation call is one compile; they are counted through
-:func:`targets.compiler.compile_calls`, else (an implementation that does not go through it) by
+:func:`fuzzkit.targets.compiler.compile_calls`, else (an implementation that does not go through it) by
 counting implementation calls.
 
 :func:`bisection` is the ``compiler`` target's ``Target.bisect`` hook (:mod:`fuzzkit.shrink.hook`),
@@ -53,9 +53,9 @@ from fuzzkit.shrink.hook import (
     trial_for,
 )
 from fuzzkit.target import Implementation, Inputs, Target
-from targets.compiler import compile_calls
-from targets.compiler.graphs.build import prefix, subgraph
-from targets.compiler.graphs.values import round_to_dtype
+from fuzzkit.targets.compiler import compile_calls
+from fuzzkit.targets.compiler.graphs.build import prefix, subgraph
+from fuzzkit.targets.compiler.graphs.values import round_to_dtype
 
 GRAPH_KEYS = ("graph", "values", "dtype")
 
@@ -481,7 +481,7 @@ def bisection(request: Minimization) -> Minimized:
     """The ``Target.bisect`` hook of graph targets: :func:`bisect` the case, and write a
     standalone reproducer (:func:`.repro.write_repro`) beside the minimized case once it is
     saved."""
-    from targets.compiler.repro import write_repro
+    from fuzzkit.targets.compiler.repro import write_repro
 
     case = request.case
     result = bisect(request.target, request.implementation, case.inputs, trial=request.trial)

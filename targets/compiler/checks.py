@@ -2,7 +2,7 @@
 
 Per output (in topological order of the nodes that make them), the compiled result in the case
 dtype is compared with the eager float64 reference under the forward-error bound of that node
-(:func:`targets.compiler.graphs.bound.error_bounds`: each op's own rounding plus its inputs' errors
+(:func:`fuzzkit.targets.compiler.graphs.bound.error_bounds`: each op's own rounding plus its inputs' errors
 propagated through ``|f'|``; sound for eager, which rounds after every op, and for compilers that
 keep float32 intermediates).  Error classes, checked in this order:
 
@@ -28,7 +28,7 @@ from typing import Any, Mapping, Optional
 import numpy as np
 
 from fuzzkit.failure import Failure
-from oracles.close import smallest_normal, ulp
+from fuzzkit.oracles.close import smallest_normal, ulp
 
 INPUT_KEYS = ("graph", "dtype", "values")
 #: keys a case may carry besides INPUT_KEYS: Dynamo's dynamic shapes, the strategy's special flag
@@ -40,9 +40,9 @@ def validate(inputs: Any) -> Optional[str]:
     """One line saying what is wrong with a case's inputs, or None; never raises (inputs come
     from files: anything may be of the wrong type).
 
-    The graph must pass :func:`targets.compiler.graphs.build.validate_graph`: names are plain
+    The graph must pass :func:`fuzzkit.targets.compiler.graphs.build.validate_graph`: names are plain
     identifiers, every node record has exactly the keys of the data model and exactly the
-    attributes its op declares (:mod:`targets.compiler.graphs.ops`), arguments are earlier names,
+    attributes its op declares (:mod:`fuzzkit.targets.compiler.graphs.ops`), arguments are earlier names,
     shapes follow the ops' shape rules; then one floating value array per input, of its shape.
     """
     try:
@@ -52,8 +52,8 @@ def validate(inputs: Any) -> Optional[str]:
 
 
 def _problem(inputs: Any) -> Optional[str]:
-    from targets.compiler.graphs import build
-    from targets.compiler.graphs.ops import shown
+    from fuzzkit.targets.compiler.graphs import build
+    from fuzzkit.targets.compiler.graphs.ops import shown
 
     if not isinstance(inputs, Mapping):
         return "compiler inputs must be an object with keys graph, dtype, values"
@@ -154,7 +154,7 @@ def divergence(inputs: Mapping[str, Any], expected: Mapping[str, Any],
     """The first diverging output (topological order of its node): ``{"node", "op", "dtype",
     "error_class", "worst", "output_index", ...}``, or None when every output is within bounds.
     ``expected`` must carry ``intermediates`` (the float64 reference)."""
-    from targets.compiler.graphs import bound as bounds
+    from fuzzkit.targets.compiler.graphs import bound as bounds
 
     graph = inputs["graph"]
     dtype = str(inputs["dtype"])

@@ -35,7 +35,7 @@ def compile_fx(gm: Any, example_inputs: Sequence[Any], dynamic: bool = False
     import torch
     import torch._dynamo
 
-    from targets.compiler import count_compile
+    from fuzzkit.targets.compiler import count_compile
 
     count_compile()
     torch._dynamo.reset()

@@ -8,7 +8,7 @@ intermediate); every tensor's size comes from the input shapes and the ops' shap
 ``m * k * n`` multiply-adds per batch.  Sizes are computed from the inputs' declared shapes and
 the ops' concrete shape rules (:func:`.graphs.build.graph_shapes`, plain Python ints:
 nothing is allocated, a dim of ``10**30`` is just a number); a graph those rules refuse is
-malformed (the measure raises :class:`~targets.compiler.graphs.build.GraphError`, a ValueError, and
+malformed (the measure raises :class:`~fuzzkit.targets.compiler.graphs.build.GraphError`, a ValueError, and
 :func:`fuzzkit.limits.check` says so in one line).  Value arrays are bounded by the case file's
 own limits and must match the input shapes (``validate``).
 
@@ -43,7 +43,7 @@ def _graph(inputs: Mapping[str, Any]) -> Mapping[str, Any]:
 def _shapes(inputs: Mapping[str, Any]) -> dict[str, list[int]]:
     """Every value's shape from the ops' concrete shape rules (raises GraphError, a ValueError,
     on a graph those rules refuse)."""
-    from targets.compiler.graphs.build import graph_shapes
+    from fuzzkit.targets.compiler.graphs.build import graph_shapes
 
     return graph_shapes(_graph(inputs))
 

@@ -30,8 +30,8 @@ from fuzzkit.target import Mutant
 
 #: Where a mutant's line is, and the attribute its edit swaps (each module imported only when a
 #: mutant is applied): the kernel assembly, or the op records holding each op's template.
-_CODEGEN = ("targets.compiler.fusing.codegen", "compile_group")
-_RECORDS = ("targets.compiler.graphs.ops", "OPS")
+_CODEGEN = ("fuzzkit.targets.compiler.fusing.codegen", "compile_group")
+_RECORDS = ("fuzzkit.targets.compiler.graphs.ops", "OPS")
 
 
 MUTANTS_SPEC: list[tuple[str, str, str, tuple[str, str], str, str, str]] = [

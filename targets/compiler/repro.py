@@ -3,8 +3,8 @@
 :func:`write_repro` writes ``repro_<case_id>.py`` next to a minimized case file.  The script
 loads the case (``fuzzkit.case.load``), checks it against the target's resource limits and
 ``validate`` (exit 2 when refused), rebuilds the window graph as an fx GraphModule
-(``targets.compiler.graphs.build.to_graph_module``), compiles it with the named built-in compiler
-(:data:`targets.compiler.COMPILERS`), runs the float64 reference, prints the max error of each
+(``fuzzkit.targets.compiler.graphs.build.to_graph_module``), compiles it with the named built-in compiler
+(:data:`fuzzkit.targets.compiler.COMPILERS`), runs the float64 reference, prints the max error of each
 output against its bound and the verdict, and exits 1 when the bug reproduces (0 when it does
 not, 2 when it cannot run).  Mutants are in-process patches, so ``--mutant NAME`` applies one of
 the target's shipped mutants around the compile and run.
@@ -112,7 +112,7 @@ def main() -> int:
     patch = target.mutant(args.mutant).applied() if args.mutant else contextlib.nullcontext()
     compile_fx = None
     if case.target == "compiler":
-        from targets.compiler import compile_function
+        from fuzzkit.targets.compiler import compile_function
 
         compile_fx = compile_function(impl.name)  # built-in compilers only (a fixed list)
     with patch:
@@ -131,7 +131,7 @@ def main() -> int:
 def run_compiler(compile_fx, impl, inputs):
     import torch
 
-    from targets.compiler.graphs import bound, build
+    from fuzzkit.targets.compiler.graphs import bound, build
 
     graph, dtype = inputs["graph"], inputs["dtype"]
     tdtype = getattr(torch, dtype)
@@ -150,7 +150,7 @@ def run_compiler(compile_fx, impl, inputs):
         return True
     if not isinstance(outs, (tuple, list)):
         outs = (outs,)
-    from targets.compiler import checks  # the target's own oracle decides
+    from fuzzkit.targets.compiler import checks  # the target's own oracle decides
 
     ref = build.run_reference(graph, inputs["values"])
     bounds = bound.error_bounds(graph, ref, dtype)

@@ -5,7 +5,7 @@ fuse and miscompile: binary elementwise ops with broadcasting (non-commutative `
 included), ``exp``, ``clamp``, comparisons (``maximum``/``minimum``/``where_gt``), reductions
 (which the fusing compiler fuses over the last dim), and layout ops (``transpose``/``permute``)
 that hand non-contiguous tensors to fused kernels.  Every op of
-:data:`targets.compiler.graphs.ops.DEFAULT_OPS` stays reachable.
+:data:`fuzzkit.targets.compiler.graphs.ops.DEFAULT_OPS` stays reachable.
 
 Sizes (:class:`.graphs.generate.Sizing`, drawn with :func:`fuzzkit.reach.size` from the
 thresholds of the implementation under test, :mod:`.thresholds`): every free dim's preference
@@ -16,14 +16,14 @@ fused last-dim reductions, ``reduction`` for Inductor's, up to tens of thousands
 and the users of the first node (``fanout``).  The plain draw (about half of each) leaves the
 size to the generator.  The element cap grows with what is asked, up to :data:`MAX_ELEMENTS`.
 
-Values (:mod:`targets.compiler.graphs.values`): :data:`SPECIAL_SHARE` of the cases ("special") draw
+Values (:mod:`fuzzkit.targets.compiler.graphs.values`): :data:`SPECIAL_SHARE` of the cases ("special") draw
 from the whole dtype range with NaN and +-Inf (one input always holds NaN/Inf); the others stay
 finite within the generator's input bound and are rejected if the float64 reference leaves half
 the dtype's range (a low-precision overflow there is the format's limit, not a compiler bug).
 Comparisons see equal operands through three routes: one value on both sides and graph inputs
-compared directly (:data:`targets.compiler.graphs.generate.COMPARE_SAME_SHARE`,
+compared directly (:data:`fuzzkit.targets.compiler.graphs.generate.COMPARE_SAME_SHARE`,
 ``COMPARE_INPUTS_SHARE``), and inputs that share small values
-(:data:`targets.compiler.graphs.values.TIE_SHARE`); ``tests/test_graphs.py`` measures the resulting
+(:data:`fuzzkit.targets.compiler.graphs.values.TIE_SHARE`); ``tests/test_graphs.py`` measures the resulting
 share of comparison nodes that see a tie and that see NaN.
 """
 
@@ -36,7 +36,7 @@ from hypothesis import assume
 from hypothesis import strategies as st
 
 from fuzzkit import reach
-from targets.compiler.checks import DTYPES
+from fuzzkit.targets.compiler.checks import DTYPES
 
 WEIGHTS: dict[str, int] = {
     "sub": 4, "mul": 4, "exp": 3, "sum": 4, "div": 3, "clamp": 3, "add": 3, "transpose": 4,
@@ -57,7 +57,7 @@ DIM_BASE = (2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 1
 def op_mix() -> list[str]:
     """The weighted op list, weighted ops first: Hypothesis draws small indices more often and
     shrinks towards index 0, so the order matters as much as the counts."""
-    from targets.compiler.graphs import ops
+    from fuzzkit.targets.compiler.graphs import ops
 
     order = list(WEIGHTS) + [name for name in ops.DEFAULT_OPS if name not in WEIGHTS]
     names: list[str] = []
@@ -68,8 +68,8 @@ def op_mix() -> list[str]:
 
 
 def in_range(graph: dict, values: Sequence[np.ndarray], dtype: str) -> bool:
-    from targets.compiler.graphs import build
-    from targets.compiler.graphs.bound import LARGEST_FINITE
+    from fuzzkit.targets.compiler.graphs import build
+    from fuzzkit.targets.compiler.graphs.bound import LARGEST_FINITE
 
     limit = 0.5 * LARGEST_FINITE[dtype]
     ref = build.run_reference(graph, values)
@@ -78,7 +78,7 @@ def in_range(graph: dict, values: Sequence[np.ndarray], dtype: str) -> bool:
 
 
 def value_strategy(graph: dict, dtype: str, special: bool = False) -> Any:
-    from targets.compiler.graphs import values
+    from fuzzkit.targets.compiler.graphs import values
 
     return values.value_strategy(graph, dtype, special=special)
 
@@ -98,8 +98,8 @@ def aim(draw: Any, name: str, thresholds: Sequence[reach.Threshold], *, lo: int,
 def _sizing(draw: Any, thresholds: Sequence[reach.Threshold]) -> tuple[Any, int]:
     """A :class:`~.graphs.generate.Sizing` for one graph, and the fewest nodes it needs."""
     from fuzzkit import values
-    from targets.compiler import thresholds as th
-    from targets.compiler.graphs.generate import ELEMENT_CAP, Sizing
+    from fuzzkit.targets.compiler import thresholds as th
+    from fuzzkit.targets.compiler.graphs.generate import ELEMENT_CAP, Sizing
 
     def dim(ch: Any, where: str) -> int:
         name = "inner" if where == "inner" else "dim"
@@ -143,9 +143,9 @@ def _sizing(draw: Any, thresholds: Sequence[reach.Threshold]) -> tuple[Any, int]
 @st.composite
 def _inputs(draw: Any, max_nodes: int = MAX_NODES, dtypes: Sequence[str] = DTYPES,
             thresholds: Sequence[reach.Threshold] = ()) -> dict:
-    from targets.compiler.graphs import generate
-    from targets.compiler.graphs import values as graph_values
-    from targets.compiler.graphs.ops import DrawChooser
+    from fuzzkit.targets.compiler.graphs import generate
+    from fuzzkit.targets.compiler.graphs import values as graph_values
+    from fuzzkit.targets.compiler.graphs.ops import DrawChooser
 
     sizing, fewest = _sizing(draw, thresholds)
     n = draw(st.integers(min(fewest, max_nodes), max_nodes))

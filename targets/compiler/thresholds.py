@@ -41,7 +41,7 @@ DIM_CAP = 4096
 def _record(op: Any) -> Any:
     """The op's record (None for an op the catalogue does not know); imported on first use, so
     importing the target stays cheap."""
-    from targets.compiler.graphs.ops import OPS
+    from fuzzkit.targets.compiler.graphs.ops import OPS
 
     return OPS.get(op) if isinstance(op, str) else None
 
@@ -51,7 +51,7 @@ def next_pow2(n: int) -> int:
 
 
 def _reduced(node: Mapping[str, Any], in_shape: list[int]) -> tuple[int, ...]:
-    from targets.compiler.graphs.ops import reduced_dims
+    from fuzzkit.targets.compiler.graphs.ops import reduced_dims
 
     spec = _record(node["op"])
     if spec is not None and spec.kind == "reduction":  # dim: one, a list or None
@@ -78,7 +78,7 @@ def _fused_rows(graph: Mapping[str, Any]) -> Iterator[tuple[int, int]]:
 
 
 def numels(inputs: Mapping[str, Any]) -> Iterator[int]:
-    from targets.compiler.graphs.ops import OPS
+    from fuzzkit.targets.compiler.graphs.ops import OPS
 
     for n in inputs["graph"]["nodes"]:
         if OPS[n["op"]].kind == "elementwise":
@@ -96,7 +96,7 @@ def cells(inputs: Mapping[str, Any]) -> Iterator[int]:
 
 
 def reductions(inputs: Mapping[str, Any]) -> Iterator[int]:
-    from targets.compiler.graphs.generate import REDUCING_OPS
+    from fuzzkit.targets.compiler.graphs.generate import REDUCING_OPS
 
     graph = inputs["graph"]
     shapes = _shapes(graph)
@@ -144,7 +144,7 @@ SIZES: dict[str, reach.Size] = {
 def fusing_thresholds() -> tuple[Threshold, ...]:
     """The fusing compiler's tiles as launched in this process (interpreter or GPU)."""
     try:
-        from targets.compiler.fusing import codegen
+        from fuzzkit.targets.compiler.fusing import codegen
     except ImportError:  # no triton: the implementation is unavailable anyway
         return ()
     block = int(codegen.MAX_BLOCK)

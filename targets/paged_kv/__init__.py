@@ -40,10 +40,10 @@ from typing import Any, Callable, Optional
 
 from fuzzkit import triton_support
 from fuzzkit.target import Implementation, Target, Unsupported
-from targets.paged_kv import checks
-from targets.paged_kv.driver import run_program
-from targets.paged_kv.protocol import ALL_CAPABILITIES, Capabilities, capabilities_of, unsupported
-from targets.paged_kv.reference import ReferenceManager
+from fuzzkit.targets.paged_kv import checks
+from fuzzkit.targets.paged_kv.driver import run_program
+from fuzzkit.targets.paged_kv.protocol import ALL_CAPABILITIES, Capabilities, capabilities_of, unsupported
+from fuzzkit.targets.paged_kv.reference import ReferenceManager
 
 #: What the guarded driver runs: every policy, fork, extra keys and reset, but only the default
 #: window and hashing modes (the kernel driver writes per request, not the whole step that
@@ -101,7 +101,7 @@ def manager_implementation(manager_class: Any, name: str, backend: str = "extern
     """An implementation that drives ``manager_class`` (the protocol) through each program.
 
     The class's capabilities (``capabilities``, or the older ``eviction_policies``: see
-    :func:`~targets.paged_kv.protocol.capabilities_of`) choose the cases it is fuzzed on
+    :func:`~fuzzkit.targets.paged_kv.protocol.capabilities_of`) choose the cases it is fuzzed on
     (``Implementation.cases``); a case outside them is not run (:class:`Unsupported`: counted
     as skipped, never as passed), so a manager written for tail-LRU without fork is fuzzed on
     the cases it implements instead of failing every other one.  A class may
@@ -172,13 +172,13 @@ def _reference(inputs: dict[str, Any]) -> dict[str, Any]:
 
 
 def _optimized(inputs: dict[str, Any]) -> dict[str, Any]:
-    from targets.paged_kv.optimized import OptimizedManager
+    from fuzzkit.targets.paged_kv.optimized import OptimizedManager
 
     return run_program(OptimizedManager, inputs)
 
 
 def _guarded(inputs: dict[str, Any]) -> dict[str, Any]:
-    from targets.paged_kv.optimized import OptimizedManager
+    from fuzzkit.targets.paged_kv.optimized import OptimizedManager
 
     turned_away("guarded", GUARDED_CAPABILITIES, inputs)
     return run_program(OptimizedManager, inputs, guarded=True)
@@ -186,13 +186,13 @@ def _guarded(inputs: dict[str, Any]) -> dict[str, Any]:
 
 def _strategy(thresholds: tuple[Any, ...] = (),
               capabilities: Optional[Capabilities] = None) -> Any:
-    from targets.paged_kv.strategies import inputs
+    from fuzzkit.targets.paged_kv.strategies import inputs
 
     return inputs(thresholds=thresholds, capabilities=capabilities)
 
 
 def _optimized_thresholds() -> tuple[Any, ...]:
-    from targets.paged_kv.optimized import thresholds
+    from fuzzkit.targets.paged_kv.optimized import thresholds
 
     return thresholds()
 
@@ -200,20 +200,20 @@ def _optimized_thresholds() -> tuple[Any, ...]:
 def _guarded_thresholds() -> tuple[Any, ...]:
     """The manager's (the same optimized manager runs) and the kernel driver's, as launched in
     this mode (interpreter or GPU)."""
-    from targets.paged_kv.kernel_driver import thresholds
+    from fuzzkit.targets.paged_kv.kernel_driver import thresholds
 
     return _optimized_thresholds() + thresholds()
 
 
 def _vllm_triton(inputs: dict[str, Any]) -> dict[str, Any]:
-    from targets.paged_kv.adapters.vllm_kernels import run
+    from fuzzkit.targets.paged_kv.adapters.vllm_kernels import run
 
     turned_away("vllm-triton", GUARDED_CAPABILITIES, inputs)  # the guarded driver's modes
     return run(inputs)
 
 
 def _vllm_triton_unavailable() -> str | None:
-    from targets.paged_kv.adapters.vllm_kernels import unavailable
+    from fuzzkit.targets.paged_kv.adapters.vllm_kernels import unavailable
 
     return unavailable()
 
@@ -221,22 +221,22 @@ def _vllm_triton_unavailable() -> str | None:
 def _vllm_triton_thresholds() -> tuple[Any, ...]:
     """The manager's and those of vLLM's kernels as launched (:mod:`.adapters.vllm_kernels`;
     none where the kernels cannot be loaded: describing the target must not fetch the wheel)."""
-    from targets.paged_kv.adapters.vllm_kernels import thresholds, unavailable
+    from fuzzkit.targets.paged_kv.adapters.vllm_kernels import thresholds, unavailable
 
     return _optimized_thresholds() + (thresholds() if unavailable() is None else ())
 
 
-MANAGER_SOURCES = ("targets.paged_kv.optimized", "targets.paged_kv.hashing")
+MANAGER_SOURCES = ("fuzzkit.targets.paged_kv.optimized", "fuzzkit.targets.paged_kv.hashing")
 
 
 def target() -> Target:
-    """The ``paged_kv`` target (entry point ``targets.paged_kv:target``)."""
-    from targets.paged_kv.adapters import vllm_manager
-    from targets.paged_kv.adapters.vllm_mutants import MUTANTS as VLLM_MUTANTS
-    from targets.paged_kv.limits import LIMITS
-    from targets.paged_kv.adapters.vllm_kernel_mutants import MUTANTS as VLLM_KERNEL_MUTANTS
-    from targets.paged_kv.mutants import DEVICE_MUTANTS, MUTANTS, VARIANT_MUTANTS
-    from targets.paged_kv.sizes import SIZES
+    """The ``paged_kv`` target (entry point ``fuzzkit.targets.paged_kv:target``)."""
+    from fuzzkit.targets.paged_kv.adapters import vllm_manager
+    from fuzzkit.targets.paged_kv.adapters.vllm_mutants import MUTANTS as VLLM_MUTANTS
+    from fuzzkit.targets.paged_kv.limits import LIMITS
+    from fuzzkit.targets.paged_kv.adapters.vllm_kernel_mutants import MUTANTS as VLLM_KERNEL_MUTANTS
+    from fuzzkit.targets.paged_kv.mutants import DEVICE_MUTANTS, MUTANTS, VARIANT_MUTANTS
+    from fuzzkit.targets.paged_kv.sizes import SIZES
 
     return Target(
         name="paged_kv",
@@ -255,9 +255,9 @@ def target() -> Target:
                             "guarded Triton write and paged-attention kernels",
                 unavailable=triton_support.unavailable,
                 thresholds=_guarded_thresholds, cases=cases_for(GUARDED_CAPABILITIES),
-                sources=(*MANAGER_SOURCES, "targets.paged_kv.kernel_driver",
-                         "targets.paged_kv.kernels")),
-            # vLLM's real KVCacheManager from the pinned wheel (targets.paged_kv.adapters)
+                sources=(*MANAGER_SOURCES, "fuzzkit.targets.paged_kv.kernel_driver",
+                         "fuzzkit.targets.paged_kv.kernels")),
+            # vLLM's real KVCacheManager from the pinned wheel (fuzzkit.targets.paged_kv.adapters)
             "vllm": vllm_manager.implementation("vllm"),
             # vLLM's real Triton write + attention kernels from the pinned wheel
             "vllm-triton": Implementation(
@@ -266,8 +266,8 @@ def target() -> Target:
                             "kernels (reshape_and_cache_flash, unified_attention)",
                 unavailable=_vllm_triton_unavailable, thresholds=_vllm_triton_thresholds,
                 cases=cases_for(GUARDED_CAPABILITIES),
-                sources=(*MANAGER_SOURCES, "targets.paged_kv.kernel_driver",
-                         "targets.paged_kv.adapters.vllm_kernels")),
+                sources=(*MANAGER_SOURCES, "fuzzkit.targets.paged_kv.kernel_driver",
+                         "fuzzkit.targets.paged_kv.adapters.vllm_kernels")),
         },
         oracle=checks.oracle,
         mutants=[*MUTANTS, *VARIANT_MUTANTS, *DEVICE_MUTANTS, *VLLM_KERNEL_MUTANTS, *VLLM_MUTANTS],
@@ -275,6 +275,6 @@ def target() -> Target:
         validate=checks.validate,
         adapt_external=manager_implementation,
         sizes=SIZES,
-        sources=("targets.paged_kv.driver", "targets.paged_kv.protocol"),
+        sources=("fuzzkit.targets.paged_kv.driver", "fuzzkit.targets.paged_kv.protocol"),
         limits=LIMITS,
     )

@@ -100,7 +100,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from fuzzkit.failure import Failure
-from oracles.close import close, format_name, gamma, smallest_normal, unit_roundoff
+from fuzzkit.oracles.close import close, format_name, gamma, smallest_normal, unit_roundoff
 
 U32 = 2.0**-24
 #: Charge per float32 operation (see the module docstring).
@@ -109,7 +109,7 @@ _HALF_SUBNORMAL = {"float32": 0.0, "float16": 2.0**-25, "bfloat16": 2.0**-134}
 
 
 def _dtype_name(dtype: Any) -> str:
-    """The storage format's name (``oracles.close`` knows every alias); only three are valid."""
+    """The storage format's name (``fuzzkit.oracles.close`` knows every alias); only three are valid."""
     try:
         text = format_name(dtype)
     except ValueError:
@@ -215,7 +215,7 @@ class Reference:
         return self.kappa(dtype)[..., None] * self.weight + self.underflow(dtype)
 
     def close_arguments(self, dtype: Any) -> dict[str, Any]:
-        """Keyword arguments for :func:`oracles.close` (with ``expected=self.out``) whose bound
+        """Keyword arguments for :func:`fuzzkit.oracles.close` (with ``expected=self.out``) whose bound
         dominates :meth:`bound` (see the module docstring)."""
         name = _dtype_name(dtype)
         k_max = float(self.kappa(name).max()) if self.out.size else 1.0
@@ -227,7 +227,7 @@ class Reference:
         }
 
     def close_bound(self, dtype: Any) -> np.ndarray:
-        """The bound :func:`oracles.close` applies with :meth:`close_arguments`."""
+        """The bound :func:`fuzzkit.oracles.close` applies with :meth:`close_arguments`."""
         args = self.close_arguments(dtype)
         u = unit_roundoff(args["dtype"])
         return args["factor"] * (gamma(3, u) * args["magnitude"]

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-import oracles
+import fuzzkit.oracles
 from fuzzkit.failure import Failure
-from targets.paged_kv.protocol import EVICTIONS, HASHINGS, WINDOW_MODES
+from fuzzkit.targets.paged_kv.protocol import EVICTIONS, HASHINGS, WINDOW_MODES
 
 
 def oracle(inputs: dict[str, Any], expected: dict[str, Any], actual: dict[str, Any]) -> Optional[Failure]:
@@ -26,7 +26,7 @@ def oracle(inputs: dict[str, Any], expected: dict[str, Any], actual: dict[str, A
         )
     if actual.get("unsupported"):  # a direct call of a manager without this variant: not run
         return None
-    return oracles.program_trace(inputs["program"], expected, actual, target="paged_kv")
+    return fuzzkit.oracles.program_trace(inputs["program"], expected, actual, target="paged_kv")
 
 
 def validate(inputs: dict[str, Any]) -> Optional[str]:
@@ -98,7 +98,7 @@ def _validate_step(step: Any) -> Optional[str]:
 def _validate_values(kv_values: Any) -> Optional[str]:
     """Why ``kv_values`` (the guarded driver's vector kinds) is not a valid
     ``{"q"|"k"|"v": [kind, ...]}``, or None (absent: standard normal vectors)."""
-    from targets.paged_kv.kernel_driver import KINDS, ROLE_DOMAINS
+    from fuzzkit.targets.paged_kv.kernel_driver import KINDS, ROLE_DOMAINS
 
     if kv_values is None:
         return None

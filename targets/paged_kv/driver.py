@@ -32,7 +32,7 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any, Callable, Optional
 
-from targets.paged_kv.protocol import Allocation, Config
+from fuzzkit.targets.paged_kv.protocol import Allocation, Config
 
 Stamp = tuple[tuple[int, ...], Optional[int], Optional[int]]
 
@@ -47,7 +47,7 @@ class Violation(Exception):
 
 class ProtocolTypeError(TypeError):
     """A plug-in's ``inspect()`` returned a field of the wrong type (see
-    :class:`~targets.paged_kv.protocol.InspectableManager` for the types).  Raised by the driver
+    :class:`~fuzzkit.targets.paged_kv.protocol.InspectableManager` for the types).  Raised by the driver
     before any check reads the state, so the message names the field, not a format call deep
     inside a structural check."""
 
@@ -420,17 +420,17 @@ def run_program(manager_factory: Callable[..., Any], inputs: dict[str, Any], *,
                 kernel_driver: Callable[..., Any] | None = None) -> dict[str, Any]:
     """``inputs -> {"steps": [...], "violation": None | {...}}`` for one manager class.
 
-    ``guarded``: the manager gets a :class:`~oracles.kvguard.KVGuard` (it must accept
+    ``guarded``: the manager gets a :class:`~fuzzkit.oracles.kvguard.KVGuard` (it must accept
     ``guard=``) and every forward pass runs the guarded Triton kernels
-    (:class:`~targets.paged_kv.kernel_driver.KernelDriver`, or ``kernel_driver``: a subclass
+    (:class:`~fuzzkit.targets.paged_kv.kernel_driver.KernelDriver`, or ``kernel_driver``: a subclass
     whose forward passes launch another engine's kernels).
     """
-    from oracles.kvguard import GuardViolation, KVGuard
+    from fuzzkit.oracles.kvguard import GuardViolation, KVGuard
 
     config = Config.from_json(inputs["config"])
     guard = None
     if guarded:  # pragma: no branch - one implementation takes each side
-        from targets.paged_kv.kernel_driver import KernelDriver
+        from fuzzkit.targets.paged_kv.kernel_driver import KernelDriver
 
         guard = KVGuard(config.num_blocks, config.block_size,
                         sliding_window=config.sliding_window)

@@ -1,6 +1,6 @@
 """The guarded driver: programs run through the real Triton KV kernels, under KVGuard.
 
-:class:`~targets.paged_kv.driver.Driver` models KV memory with stamps in Python.  This driver
+:class:`~fuzzkit.targets.paged_kv.driver.Driver` models KV memory with stamps in Python.  This driver
 also does what a model runner does on the device: every ``write`` op computes the slot mapping,
 scatters K/V rows into a paged cache with the write kernel, and runs paged attention for the
 scheduled queries through the block table — the guarded variants of both kernels, fed with
@@ -38,9 +38,9 @@ import numpy as np
 
 from fuzzkit import values
 from fuzzkit.reach import Threshold
-from oracles.kvguard import KVGuard
-from targets.paged_kv.driver import Driver, Violation, checked_inspection
-from targets.paged_kv.protocol import Config
+from fuzzkit.oracles.kvguard import KVGuard
+from fuzzkit.targets.paged_kv.driver import Driver, Violation, checked_inspection
+from fuzzkit.targets.paged_kv.protocol import Config
 
 HEADS, KV_HEADS, HEAD_DIM = 4, 2, 8  # two query heads per kv head (GQA)
 G_PAD = 2  # query heads per kv head, padded to a power of two (the kernel's G_PAD)
@@ -88,7 +88,7 @@ def thresholds() -> tuple[Threshold, ...]:
     ids = Threshold("request_id", MAX_REQUESTS, "kernel_driver.MAX_REQUESTS: the guard's device "
                     "shadow has 8 request rows; ids >= 8 are not launched", cap=20)
     if not triton_support.interpreted():  # pragma: no cover - only on a GPU
-        from targets.paged_kv import kernels
+        from fuzzkit.targets.paged_kv import kernels
 
         return (ids,
                 Threshold("query_len", 1, "GPU attention tile: 1 query launches the decode tile "
@@ -210,7 +210,7 @@ class KernelDriver(Driver):
         """The write (reshape-and-cache) launch of one forward pass: ``keys[i]``, ``values[i]``
         of token ``tokens[i] = (request, position, slot)``; here fuzzkit's guarded kernel.  An
         engine's kernels plug in by overriding this and :meth:`launch_attention`."""
-        from targets.paged_kv import kernels
+        from fuzzkit.targets.paged_kv import kernels
 
         torch = self.torch
         tiles = launch_tiles(max_query_len)
@@ -229,7 +229,7 @@ class KernelDriver(Driver):
         query rows ``query_start_loc[i] : query_start_loc[i + 1]``, the last ones of its
         ``seq_lens[i]`` tokens); returns the output ``[T, HEADS, HEAD_DIM]``.  Here fuzzkit's
         guarded kernel; the caller collects the device records afterwards."""
-        from targets.paged_kv import kernels
+        from fuzzkit.targets.paged_kv import kernels
 
         torch = self.torch
         tiles = launch_tiles(max_query_len)
@@ -247,7 +247,7 @@ class KernelDriver(Driver):
     def _attention(self, batch: list[Any], device: Any) -> None:
         """Paged attention for ``batch`` (one launch, a mixed batch), then each request's
         output against the float64 reference under the derived bound."""
-        from targets.paged_kv.attention_reference import check as check_attention
+        from fuzzkit.targets.paged_kv.attention_reference import check as check_attention
 
         max_query_len = max(len(ps) for _, _, ps, _, _ in batch)
         queries = np.concatenate([self._vectors(s, "q", ps, HEADS) for _, s, ps, _, _ in batch])

@@ -1,6 +1,6 @@
 """Buggy variants of the paged KV Triton kernels, each a patch that swaps one in.
 
-Every mutant is the *correct* kernel source of :mod:`targets.paged_kv.kernels` with one or two
+Every mutant is the *correct* kernel source of :mod:`fuzzkit.targets.paged_kv.kernels` with one or two
 lines replaced (shown in each docstring), compiled as a real Triton kernel -- natively on a GPU,
 under ``TRITON_INTERPRET=1`` without one -- and installed as ``kernels.write_kernel`` or
 ``kernels.attention_kernel``, which the plain *and* the guarded launchers look up at call time.
@@ -20,7 +20,7 @@ from __future__ import annotations
 from fuzzkit.mutants import Patch, source_edit
 
 #: The module the mutants edit, imported only when one is applied (it needs Triton).
-_KERNELS = "targets.paged_kv.kernels"
+_KERNELS = "fuzzkit.targets.paged_kv.kernels"
 
 
 # ============================================================================ write kernel

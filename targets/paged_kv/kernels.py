@@ -58,13 +58,13 @@ to the storage dtype once, at the end (a no-op in float32 / float64).
   accumulation (``P`` rounded to the storage dtype for ``P @ V``, as FlashAttention does).
 - float32 storage, and 16-bit storage under ``TRITON_INTERPRET=1`` (where bfloat16 ``tl.dot``
   is garbage): every load is cast to float32 and the dots are IEEE float32 (no TF32).  The
-  error analysis in :mod:`targets.paged_kv.attention_reference` covers both paths.
+  error analysis in :mod:`fuzzkit.targets.paged_kv.attention_reference` covers both paths.
 - float64 storage: float64 operands and float64 dots -- Triton 3.9 accepts float64 ``tl.dot``
   (result float64; ``input_precision`` concerns float32 only) and its NVIDIA backend lowers it
   to the float64 tensor-core MMA (``mma.sync.aligned.m8n8k4...f64`` on sm_80,
   ``m16n8k16...f64`` on sm_90), or to FMAs where that does not apply; the interpreter runs it
   as a float64 ``np.matmul``.  ``exp2`` in float64 (libdevice ``__nv_exp2`` on a GPU), an IEEE
-  float64 division.  Meant for exactness oracles (``targets.scheduling.exactness``); on a GPU
+  float64 division.  Meant for exactness oracles (``fuzzkit.targets.scheduling.exactness``); on a GPU
   it gets smaller tiles (``BLOCK_M_PREFILL_GPU_FP64``, ``BLOCK_N_GPU_FP64``) and no
   pipelining.  The float64 error bound is in ``tests/test_paged_kv_kernels.py`` (its float64
   section).  Verified under the interpreter; the native float64 path has not yet run on a GPU
@@ -76,7 +76,7 @@ KVGuard device interface (checks 4 and 5 of docs/COMPONENTS.md §1)
 The guarded launchers run *the same kernels* compiled with ``GUARD=True``; the plain launchers
 compile with ``GUARD=False``, where every check is a ``tl.constexpr`` branch that vanishes, so
 the unguarded kernel pays nothing.  ``shadow`` is any object with these attributes (e.g.
-:class:`GuardShadow`, or ``oracles.kvguard.DeviceShadow``), all tensors on the kernel device:
+:class:`GuardShadow`, or ``fuzzkit.oracles.kvguard.DeviceShadow``), all tensors on the kernel device:
 
 =================  ===========================  ===============================================
 ``block_owner``    int32 ``[num_blocks]``       request id owning the block *exclusively*;
@@ -429,7 +429,7 @@ class Violation(NamedTuple):
 class GuardShadow:
     """The guard tensors the guarded kernels read and update (layout: module docstring).
 
-    KVGuard's host side (``oracles.kvguard.DeviceShadow``) has the same attributes; either can
+    KVGuard's host side (``fuzzkit.oracles.kvguard.DeviceShadow``) has the same attributes; either can
     be passed as ``shadow=``.
     """
 
@@ -517,7 +517,7 @@ def _shadow_args(shadow: Any, device: torch.device) -> dict[str, torch.Tensor]:
     for name in names:
         tensor = getattr(shadow, name, None)
         _require(isinstance(tensor, torch.Tensor), f"shadow.{name} is missing (see "
-                 "targets.paged_kv.kernels docstring for the guard interface)")
+                 "fuzzkit.targets.paged_kv.kernels docstring for the guard interface)")
         _require(tensor.device == device, f"shadow.{name} is on {tensor.device}, the cache "
                  f"on {device}")
         _require(tensor.is_contiguous(), f"shadow.{name} must be contiguous")

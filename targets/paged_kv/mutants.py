@@ -1,7 +1,7 @@
 """Real-bug mutants of the vLLM-style optimized KV cache manager.
 
 Each mutant replaces one (rarely two or three) of the small policy steps of
-:class:`targets.paged_kv.optimized.OptimizedManager` (:func:`fuzzkit.mutants.patch`).  The
+:class:`fuzzkit.targets.paged_kv.optimized.OptimizedManager` (:func:`fuzzkit.mutants.patch`).  The
 buggy function's docstring says what the real code did wrong; the mutant is written the way that
 code was written (two lines in the wrong order, a loop that starts one node too high, a count
 taken at schedule time, a lookup cached across scheduling steps...), so it misbehaves only where
@@ -20,7 +20,7 @@ protocol and a deferred-free bug has no observable effect; its sibling, freeing 
 *scheduled* count, is #47728 below.
 
 Seven mutants break the eviction policies (``Config.eviction`` "penelope" and "session"; the
-rules are in :mod:`targets.paged_kv.protocol`).  Those policies come from papers, not from an
+rules are in :mod:`fuzzkit.targets.paged_kv.protocol`).  Those policies come from papers, not from an
 engine with an issue tracker, so their citation names the rule they break (docs/COMPONENTS.md §2,
 Penelope / whole-session eviction) and the engine code the mistake is borrowed from.
 
@@ -40,11 +40,11 @@ import numpy as np
 
 from fuzzkit.mutants import device_mutants, patch
 from fuzzkit.target import Mutant
-from targets.paged_kv import hashing
-from targets.paged_kv.hashing import BlockHash, ExtraKeys
-from targets.paged_kv.optimized import (FreeKVCacheBlockQueue, KVCacheBlock, OptimizedManager,
+from fuzzkit.targets.paged_kv import hashing
+from fuzzkit.targets.paged_kv.hashing import BlockHash, ExtraKeys
+from fuzzkit.targets.paged_kv.optimized import (FreeKVCacheBlockQueue, KVCacheBlock, OptimizedManager,
                                         _Request)
-from targets.paged_kv.protocol import Allocation
+from fuzzkit.targets.paged_kv.protocol import Allocation
 
 M = OptimizedManager
 
@@ -919,7 +919,7 @@ def _slot_mapping_edge_off_by_one(self: OptimizedManager, rid: int,
 
 
 DEVICE_MUTANTS: list[Mutant] = [
-    *device_mutants("targets.paged_kv.kernel_mutants", "guarded"),
+    *device_mutants("fuzzkit.targets.paged_kv.kernel_mutants", "guarded"),
     Mutant("stale-device-table", "guarded",
            "stale block table at launch: device copy not refreshed after in-place changes",
            "vLLM #7018 (stale block-table rows); KVGuard translation check 3",

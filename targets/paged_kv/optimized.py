@@ -1,6 +1,6 @@
 """A vLLM-v1-style KV cache manager: block pool, doubly-linked free queue, NumPy block tables.
 
-This is the *optimized* implementation of the protocol in :mod:`targets.paged_kv.protocol`
+This is the *optimized* implementation of the protocol in :mod:`fuzzkit.targets.paged_kv.protocol`
 (read its module docstring: that text is the contract).  The data structures follow vLLM v1's
 ``KVCacheManager`` / ``BlockPool`` / ``FreeKVCacheBlockQueue``:
 
@@ -53,10 +53,10 @@ from typing import Any, Iterator, Optional, Sequence
 import numpy as np
 
 from fuzzkit.reach import Threshold
-from targets.paged_kv import hashing
-from targets.paged_kv.hashing import BlockHash, ExtraKeys
-from oracles.kvguard import NULL_GUARD
-from targets.paged_kv.protocol import ALL_CAPABILITIES, EVICTIONS, Allocation, Config
+from fuzzkit.targets.paged_kv import hashing
+from fuzzkit.targets.paged_kv.hashing import BlockHash, ExtraKeys
+from fuzzkit.oracles.kvguard import NULL_GUARD
+from fuzzkit.targets.paged_kv.protocol import ALL_CAPABILITIES, EVICTIONS, Allocation, Config
 
 __all__ = ["KVCacheBlock", "FreeKVCacheBlockQueue", "OptimizedManager", "thresholds"]
 

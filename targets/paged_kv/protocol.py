@@ -3,7 +3,7 @@
 Every manager — the reference, the vLLM-style optimized one, or *yours* behind a thin adapter
 (``fuzzkit run paged_kv --impl your_module:YourAdapter``) — is a class constructed with a
 :class:`Config` and offering the operations below.  fuzzkit drives it with programs, models the
-KV memory itself (see :mod:`targets.paged_kv.driver`) and compares *logical* observations only:
+KV memory itself (see :mod:`fuzzkit.targets.paged_kv.driver`) and compares *logical* observations only:
 hit tokens, fit / no fit, scheduled counts, free-block counts.  Physical block ids never need to
 agree with the reference; what a block table points at is judged by the semantic KV oracle.
 
@@ -129,7 +129,7 @@ stated.
   ``len(tokens)``).  The hash and cache rules are the publish rules.  ``publish`` is a no-op
   returning 0 (strategies do not generate it in this mode).  A block can thus be hit before
   its KV is written; that is legal because the engine writes a whole step before attention
-  reads it.  The driver models that step (:mod:`targets.paged_kv.driver`): under "allocate",
+  reads it.  The driver models that step (:mod:`fuzzkit.targets.paged_kv.driver`): under "allocate",
   each ``write``/``forward`` first writes the KV of *every* request's scheduled tokens, then
   reads; and ``finish``/``preempt`` of a request with scheduled, unwritten tokens first writes
   them (its step is in flight: vLLM returns such a request's blocks to the pool only after the
@@ -151,7 +151,7 @@ keys, reset).  See :func:`capabilities_of` and :func:`unsupported`.
 A manager class may also declare ``thresholds``
 (``fuzzkit.reach.Threshold`` records, or a zero-argument callable returning them): the sizes
 where its code changes path -- "live_requests", "table_blocks", "request_id" ... as measured
-by :mod:`targets.paged_kv.sizes` -- which the strategy then aims at.
+by :mod:`fuzzkit.targets.paged_kv.sizes` -- which the strategy then aims at.
 
 Operations on an unknown request id return None and change nothing; so does ``add_request``
 with an id that exists.  A request "holds no blocks" when its table is empty (a table trimmed
@@ -173,7 +173,7 @@ Types (what the driver passes and what it expects back)
 * ``block_table``: a sequence of int block ids (a list, or a 1-D integer array), 0 for a null
   entry.  ``num_free_blocks``: an int.
 * ``inspect()`` (optional, :class:`InspectableManager`): a dict with exactly these fields, all
-  ints as above -- checked by :func:`targets.paged_kv.driver.checked_inspection` before any
+  ints as above -- checked by :func:`fuzzkit.targets.paged_kv.driver.checked_inspection` before any
   invariant reads them, which raises ``ProtocolTypeError`` naming the first wrong field:
 
   ===================  =============================================================
@@ -200,7 +200,7 @@ KVGuard events
 ``fuzzkit run paged_kv --impl X --guarded`` (or ``--impl 'X[guarded]'``) constructs the class as
 ``X(config, guard=guard)`` and runs every forward pass through the guarded Triton kernels; a
 class whose ``__init__`` takes no ``guard=`` is refused (exit 2).  The guard
-(:class:`oracles.kvguard.KVGuard`) keeps its own account of every block and learns what the
+(:class:`fuzzkit.oracles.kvguard.KVGuard`) keeps its own account of every block and learns what the
 manager does only from these calls, made *when the manager does it* (``request`` is the id of the
 request the operation serves; blocks are ids, never the null block 0):
 
@@ -224,7 +224,7 @@ request the operation serves; blocks are ids, never the null block 0):
 When the class has ``inspect()`` (:class:`InspectableManager`), the guarded driver also checks
 its state against the guard's after every step.  The vLLM adapter emits these events from
 wrappers around vLLM's ``BlockPool`` methods
-(:class:`targets.paged_kv.adapters.vllm_manager.BlockPoolEvents`).
+(:class:`fuzzkit.targets.paged_kv.adapters.vllm_manager.BlockPoolEvents`).
 """
 
 from __future__ import annotations
@@ -318,7 +318,7 @@ def capabilities_of(manager_class: Any) -> Capabilities:
         return declared
     if declared is not None:
         raise TypeError(f"{getattr(manager_class, '__name__', manager_class)}.capabilities "
-                        f"must be a targets.paged_kv.protocol.Capabilities, got "
+                        f"must be a fuzzkit.targets.paged_kv.protocol.Capabilities, got "
                         f"{type(declared).__name__}")
     policies = getattr(manager_class, "eviction_policies", None)
     if policies is None:

@@ -9,8 +9,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Optional, Sequence
 
-from targets.paged_kv.hashing import BlockHash, full_block_hashes
-from targets.paged_kv.protocol import ALL_CAPABILITIES, EVICTIONS, Allocation, Config
+from fuzzkit.targets.paged_kv.hashing import BlockHash, full_block_hashes
+from fuzzkit.targets.paged_kv.protocol import ALL_CAPABILITIES, EVICTIONS, Allocation, Config
 
 NULL_BLOCK = 0
 NEW = None  # a table entry planned for a block not taken yet (the hole of a refill)

@@ -4,7 +4,7 @@ A program's interesting sizes -- how many requests are registered at once, how l
 grows, how many queries and keys one forward pass gives the attention kernel -- are not fields of
 the case: they emerge from the operations (an ``add`` that is refused, an ``allocate`` that does
 not fit, a fork, a trim).  So they are measured the honest way: the program runs on the plain
-:class:`~targets.paged_kv.reference.ReferenceManager` under a recording driver (a millisecond per
+:class:`~fuzzkit.targets.paged_kv.reference.ReferenceManager` under a recording driver (a millisecond per
 case), and every size that *occurred* is reported.  ``Target.sizes`` (the reach report, and
 ``fuzzkit.reach.assert_crossed``) and the strategy's own tests read them from here.
 
@@ -22,7 +22,7 @@ Sizes (each yields every occurrence in a case):
 
 The attention sizes (``query_len``, ``key_span``) count only requests the guarded driver
 launches the attention kernel for (ids below
-:data:`~targets.paged_kv.kernel_driver.MAX_REQUESTS`); ``batch_tokens`` counts every request
+:data:`~fuzzkit.targets.paged_kv.kernel_driver.MAX_REQUESTS`); ``batch_tokens`` counts every request
 (all K/V goes through the write kernel).
 """
 
@@ -33,10 +33,10 @@ import json
 from typing import Any, Iterable, Mapping
 
 from fuzzkit import reach
-from targets.paged_kv.driver import OPS, Driver, Violation
-from targets.paged_kv.kernel_driver import MAX_REQUESTS as LAUNCHED_IDS
-from targets.paged_kv.protocol import Config
-from targets.paged_kv.reference import ReferenceManager
+from fuzzkit.targets.paged_kv.driver import OPS, Driver, Violation
+from fuzzkit.targets.paged_kv.kernel_driver import MAX_REQUESTS as LAUNCHED_IDS
+from fuzzkit.targets.paged_kv.protocol import Config
+from fuzzkit.targets.paged_kv.reference import ReferenceManager
 
 NAMES = ("live_requests", "table_blocks", "request_id", "query_len", "key_span",
          "batch_tokens", "block_size")

@@ -36,7 +36,7 @@ How a program is drawn:
   values equal modulo 256 and ``2**32``; the guarded driver's query / key / value vectors get
   kinds from :mod:`fuzzkit.values` (``kv_values``: zero keys, ties, tiny, subnormal, huge).
 
-* **Variants** (:class:`~targets.paged_kv.protocol.Capabilities`): a case is drawn within the
+* **Variants** (:class:`~fuzzkit.targets.paged_kv.protocol.Capabilities`): a case is drawn within the
   capabilities of the implementation fuzzed (``capabilities=``; all of the contract by
   default): its eviction policy, window mode ("trim", or "eager" in 2 of 5 windowed programs
   when both are declared) and hashing mode ("allocate" in 1 of 3 programs when both are) among
@@ -61,8 +61,8 @@ from hypothesis import strategies as st
 
 from fuzzkit import program as swarming
 from fuzzkit import reach, values
-from targets.paged_kv.protocol import ALL_CAPABILITIES, Capabilities
-from targets.paged_kv.protocol import EXTRA_KEYS as KEY_NAMES
+from fuzzkit.targets.paged_kv.protocol import ALL_CAPABILITIES, Capabilities
+from fuzzkit.targets.paged_kv.protocol import EXTRA_KEYS as KEY_NAMES
 
 Ops = list[dict[str, Any]]
 Draw = Callable[[Any], Any]
@@ -89,10 +89,10 @@ CHUNKS: tuple[tuple[str, int], ...] = (
     ("fork_both", 10), ("crowd", 4), ("long", 5), ("wide", 8), ("preempt_resume", 8),
     ("reset_live", 4), ("admit_later", 8), ("steps", 24), ("sessions", 3), ("reset", 1),
 )
-#: The protocol's operations (``targets.paged_kv.driver.OPS``), for single steps.
+#: The protocol's operations (``fuzzkit.targets.paged_kv.driver.OPS``), for single steps.
 OPERATIONS = ("add", "allocate", "write", "forward", "publish", "append", "fork", "preempt",
               "trim", "finish", "reset")
-#: Token sizes the kernels see (``targets.paged_kv.sizes``): big prefills aim at them.
+#: Token sizes the kernels see (``fuzzkit.targets.paged_kv.sizes``): big prefills aim at them.
 TOKEN_SIZES = ("query_len", "key_span", "batch_tokens")
 #: Block sizes: small mostly (every few tokens cross a block edge); 8 and 16 (vLLM's default)
 #: sometimes.
@@ -860,7 +860,7 @@ def _pool(draw: Draw, block_size: int, plan: _Plan, enabled: Sequence[str]) -> i
 def _kv_values(draw: Draw) -> dict[str, list[str]]:
     """The guarded driver's vector kinds per role (:mod:`fuzzkit.values`): one or two kinds
     each, so a case can hold zero keys among normal ones, or only huge scores."""
-    from targets.paged_kv.kernel_driver import ROLE_DOMAINS
+    from fuzzkit.targets.paged_kv.kernel_driver import ROLE_DOMAINS
 
     out: dict[str, list[str]] = {}
     for role, domain in ROLE_DOMAINS.items():

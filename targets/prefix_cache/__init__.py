@@ -24,39 +24,39 @@ and why: :mod:`.adapters.sglang_load`).  Mutants: planted in the real SGLang cod
 from __future__ import annotations
 
 from fuzzkit.target import Implementation, Target, lazy
-from targets.prefix_cache import checks, reference
+from fuzzkit.targets.prefix_cache import checks, reference
 
 
 def _unavailable() -> str | None:
-    from targets.prefix_cache.adapters import sglang_load
+    from fuzzkit.targets.prefix_cache.adapters import sglang_load
 
     return sglang_load.unavailable()
 
 
 def target() -> Target:
-    """The ``prefix_cache`` target (entry point ``targets.prefix_cache:target``)."""
-    from targets.prefix_cache.adapters.sglang_mutants import MUTANTS
-    from targets.prefix_cache.limits import LIMITS
+    """The ``prefix_cache`` target (entry point ``fuzzkit.targets.prefix_cache:target``)."""
+    from fuzzkit.targets.prefix_cache.adapters.sglang_mutants import MUTANTS
+    from fuzzkit.targets.prefix_cache.limits import LIMITS
 
     return Target(
         name="prefix_cache",
         description="radix prefix caches (SGLang RadixCache): dedup, splits, locks, leaf-LRU "
                     "eviction, KV slot allocation; policy model + semantic KV oracle",
-        strategy=lazy("targets.prefix_cache.strategies:inputs"),
+        strategy=lazy("fuzzkit.targets.prefix_cache.strategies:inputs"),
         reference=reference.run,
         implementations={
             "sglang": Implementation(
-                "sglang", lazy("targets.prefix_cache.adapters.sglang_impl:run"),
+                "sglang", lazy("fuzzkit.targets.prefix_cache.adapters.sglang_impl:run"),
                 backend="external",
                 description="SGLang 0.5.23 RadixCache + TokenToKVPool / Paged allocators (real "
                             "code from the pinned wheel, CPU)",
                 unavailable=_unavailable,
-                sources=("targets.prefix_cache.adapters.sglang_impl",)),
+                sources=("fuzzkit.targets.prefix_cache.adapters.sglang_impl",)),
         },
         oracle=checks.oracle,
         mutants=MUTANTS,
         reducible=("program",),
         validate=checks.validate,
-        sources=("targets.prefix_cache.program",),
+        sources=("fuzzkit.targets.prefix_cache.program",),
         limits=LIMITS,
     )

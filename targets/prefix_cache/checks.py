@@ -1,24 +1,24 @@
 """The prefix_cache oracle: the adapter's first semantic violation, or the first step whose
 observation differs from the reference model, whichever comes first in the program.
 
-A violation (:mod:`targets.prefix_cache.adapters.sglang_impl`: KV values, slots, locks, sizes,
+A violation (:mod:`fuzzkit.targets.prefix_cache.adapters.sglang_impl`: KV values, slots, locks, sizes,
 tree links) is judged on the implementation alone; the step trace (each step's result and the
 cache's evictable / protected / available / cached token counts) against the model of SGLang's
-documented policy (:mod:`targets.prefix_cache.reference`).
+documented policy (:mod:`fuzzkit.targets.prefix_cache.reference`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import oracles
+import fuzzkit.oracles
 from fuzzkit.failure import Failure
-from targets.prefix_cache.program import OPS, REQUEST_OPS
+from fuzzkit.targets.prefix_cache.program import OPS, REQUEST_OPS
 
 
 def oracle(inputs: dict[str, Any], expected: dict[str, Any],
            actual: dict[str, Any]) -> Failure | None:
-    return oracles.program_trace(inputs["program"], expected, actual, target="prefix_cache")
+    return fuzzkit.oracles.program_trace(inputs["program"], expected, actual, target="prefix_cache")
 
 
 def validate(inputs: dict[str, Any]) -> str | None:

@@ -28,7 +28,7 @@ end appears exactly where SGLang splits (see the walk below) and disappears only
 The request life cycle is the scheduler's (``add``: match, lock, evict the shortfall, allocate;
 ``append``: decode tokens; ``checkpoint``: cache the unfinished request; ``finish`` / ``abort``:
 release with or without caching), as written out step by step in
-:mod:`targets.prefix_cache.program`.  Outputs: ``{"steps": [{"op", "result", "state"}],
+:mod:`fuzzkit.targets.prefix_cache.program`.  Outputs: ``{"steps": [{"op", "result", "state"}],
 "violation": null}``; ``state`` is ``{"evictable", "protected", "available", "cached"}``.
 """
 
@@ -37,7 +37,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from targets.prefix_cache import program as prog
+from fuzzkit.targets.prefix_cache import program as prog
 
 Key = tuple[int, ...]
 

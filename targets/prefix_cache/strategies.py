@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 from hypothesis import strategies as st
 
-from targets.prefix_cache.program import OPS, REQUEST_OPS
+from fuzzkit.targets.prefix_cache.program import OPS, REQUEST_OPS
 
 Draw = Callable[[Any], Any]
 
@@ -64,7 +64,7 @@ def _tokens(draw: Draw, seen: list[list[int]], ps: int, alphabet: int) -> list[i
 
 @st.composite
 def inputs(draw: Draw, max_steps: int = STEPS) -> dict[str, Any]:
-    """One case: ``config`` and ``program`` (see :mod:`targets.prefix_cache.program`)."""
+    """One case: ``config`` and ``program`` (see :mod:`fuzzkit.targets.prefix_cache.program`)."""
     ps = draw(st.sampled_from(PAGE_SIZES))
     small = draw(st.integers(0, 3)) < 3
     num_pages = draw(st.integers(3, 12) if small else st.integers(8, 48))

@@ -3,7 +3,7 @@
 A vector is rotated by a fixed orthogonal matrix (seeded permutations, sign flips and
 block Walsh--Hadamard transforms), rescaled to unit per-coordinate variance, quantized per
 coordinate with a N(0, 1) codebook (8 or 16 bits) and stored with one float32 scale; queries are
-rotated but not quantized.  :mod:`targets.quant.reference` documents the codec.
+rotated but not quantized.  :mod:`fuzzkit.targets.quant.reference` documents the codec.
 
 Inputs (JSON scalars and NumPy arrays)::
 
@@ -41,7 +41,7 @@ from __future__ import annotations
 
 from fuzzkit import reach, relations, triton_support
 from fuzzkit.target import Implementation, Property, Target
-from targets.quant import checks, numpy_impl, reference, sizes, tiles, triton_impl
+from fuzzkit.targets.quant import checks, numpy_impl, reference, sizes, tiles, triton_impl
 
 
 def _numpy_run(inputs):  # type: ignore[no-untyped-def]
@@ -60,7 +60,7 @@ def _triton_unavailable():  # type: ignore[no-untyped-def]
 
 
 def _strategy(thresholds: tuple[reach.Threshold, ...] = ()):  # type: ignore[no-untyped-def]
-    from targets.quant import strategies
+    from fuzzkit.targets.quant import strategies
 
     return strategies.inputs(thresholds)
 
@@ -79,9 +79,9 @@ PROPERTIES = (
 
 
 def target() -> Target:
-    """The ``quant`` target (the registry's entry point ``targets.quant:target``)."""
-    from targets.quant.limits import LIMITS
-    from targets.quant.mutants import DEVICE_MUTANTS, MUTANTS
+    """The ``quant`` target (the registry's entry point ``fuzzkit.targets.quant:target``)."""
+    from fuzzkit.targets.quant.limits import LIMITS
+    from fuzzkit.targets.quant.mutants import DEVICE_MUTANTS, MUTANTS
 
     return Target(
         name="quant",
@@ -93,7 +93,7 @@ def target() -> Target:
             "numpy": Implementation(
                 "numpy", _numpy_run, backend="numpy",
                 description="vectorized NumPy: fast Walsh-Hadamard, searchsorted codes",
-                sources=("targets.quant.numpy_impl",),
+                sources=("fuzzkit.targets.quant.numpy_impl",),
             ),
             "triton": Implementation(
                 "triton", _triton_run, backend="triton",
@@ -101,8 +101,8 @@ def target() -> Target:
                 unavailable=_triton_unavailable,
                 # the kernel's tiles as launched in this mode (small under the interpreter)
                 thresholds=tiles.thresholds,
-                sources=("targets.quant.triton_impl", "targets.quant.kernels",
-                         "targets.quant.tiles"),
+                sources=("fuzzkit.targets.quant.triton_impl", "fuzzkit.targets.quant.kernels",
+                         "fuzzkit.targets.quant.tiles"),
             ),
         },
         oracle=checks.oracle,
@@ -112,6 +112,6 @@ def target() -> Target:
         validate=checks.validate,
         thresholds=numpy_impl.ENCODER_THRESHOLDS,  # the shared encoder's Hadamard blocks
         sizes=sizes.SIZES,
-        sources=("targets.quant.numpy_impl",),  # the shared encoder every implementation runs
+        sources=("fuzzkit.targets.quant.numpy_impl",),  # the shared encoder every implementation runs
         limits=LIMITS,
     )

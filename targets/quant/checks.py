@@ -5,13 +5,13 @@ The oracle never cries wolf
 A float32 implementation cannot reproduce every code of a float64 reference: a rotated,
 rescaled coordinate that lies within rounding distance of a codebook boundary may land in
 either neighbouring cell.  So codes are exact *except* inside the band
-``[z - dz, z + dz]`` that :func:`targets.quant.reference.z_error_bound` derives from the
+``[z - dz, z + dz]`` that :func:`fuzzkit.targets.quant.reference.z_error_bound` derives from the
 rotation's rounding count, the rescale and the reference's own float64 error; a code outside the
 range of cells that band touches is a bug.  When codes differ inside the band, the expected
 scales and scores are recomputed in float64 *from the implementation's codes*, so a legitimate
 code difference is never blamed on a score.
 
-Float outputs use :func:`oracles.close` with error bounds built from the computation:
+Float outputs use :func:`fuzzkit.oracles.close` with error bounds built from the computation:
 
 - ``rotated_*``: a staged Hadamard rotation, ``|dy_d| <= min(g_L m_d, E2)`` (see
   ``z_error_bound``); reduction length ``L`` = rounding steps on a path through the butterflies;
@@ -33,10 +33,10 @@ from typing import Any, Callable, Mapping, Optional
 
 import numpy as np
 
-import oracles
+import fuzzkit.oracles
 from fuzzkit.failure import Failure
-from oracles.close import ROUNDING_SLACK
-from targets.quant import reference
+from fuzzkit.oracles.close import ROUNDING_SLACK
+from fuzzkit.targets.quant import reference
 
 Impl = Callable[[Mapping[str, Any]], Mapping[str, Any]]
 
@@ -94,7 +94,7 @@ def _gamma(n: int, u: float) -> float:
 
 def _as_magnitude(absolute: np.ndarray, reduction_length: int, dtype: str) -> np.ndarray:
     """Express an absolute error bound as the magnitude ``close`` multiplies by its gamma."""
-    u = oracles.unit_roundoff(dtype)
+    u = fuzzkit.oracles.unit_roundoff(dtype)
     return np.asarray(absolute) / _gamma(reduction_length + ROUNDING_SLACK, u)
 
 
@@ -156,17 +156,17 @@ def oracle(inputs: Mapping[str, Any], expected: Mapping[str, Any],
     queries = np.asarray(inputs["queries"], dtype=np.float64)
     dim = vectors.shape[1]
     precision = str(inputs.get("precision", "float32"))
-    u = oracles.unit_roundoff(precision)
+    u = fuzzkit.oracles.unit_roundoff(precision)
     aux = expected["aux"]
     rot_len = aux["rotation_roundings"]
 
-    failure = oracles.exact(expected["encoded_bytes"], actual["encoded_bytes"],
+    failure = fuzzkit.oracles.exact(expected["encoded_bytes"], actual["encoded_bytes"],
                             name="encoded_bytes")
     for key, x in (("rotated_vectors", vectors), ("rotated_queries", queries)):
         if failure is None:
             bound = _rotation_bound(x, aux[f"{key}_magnitude"], u)
             bound = bound + _gamma(4 * dim, 2.0**-53) * aux[f"{key}_magnitude"]  # reference's own
-            failure = oracles.close(
+            failure = fuzzkit.oracles.close(
                 expected[key], actual[key], dtype=precision, reduction_length=rot_len,
                 magnitude=_as_magnitude(bound, rot_len, precision), name=key,
             )
@@ -183,7 +183,7 @@ def oracle(inputs: Mapping[str, Any], expected: Mapping[str, Any],
     else:  # codes differ only inside their rounding bands: judge the rest by these codes
         derived = reference.scores_from_codes(inputs, codes)
     scales = np.asarray(derived["scales"])
-    failure = oracles.close(derived["scales"], actual["scales"], dtype="float32",
+    failure = fuzzkit.oracles.close(derived["scales"], actual["scales"], dtype="float32",
                             reduction_length=2 * dim + 6, magnitude=scales, name="scales")
     if failure is not None:
         return failure
@@ -194,14 +194,14 @@ def oracle(inputs: Mapping[str, Any], expected: Mapping[str, Any],
     dot_magnitude = derived["scores_magnitude"]
     rotation_error = np.minimum(_gamma(rot_len, u) * derived["scores_rotation_magnitude"],
                                 _e2(q_norms, dim, u) * v_norms)
-    failure = oracles.close(
+    failure = fuzzkit.oracles.close(
         derived["scores"], actual["scores"], dtype="float32", reduction_length=n_scores,
         magnitude=dot_magnitude + _as_magnitude(rotation_error, n_scores, "float32"),
         name="scores",
     )
     if failure is not None:
         return failure
-    return oracles.close(
+    return fuzzkit.oracles.close(
         derived["symmetric_scores"], actual["symmetric_scores"], dtype="float32",
         reduction_length=5 * dim + 16, magnitude=derived["symmetric_magnitude"],
         name="symmetric_scores",
@@ -242,7 +242,7 @@ def rotation_orthogonal(impl: Impl, inputs: Mapping[str, Any]) -> Optional[Failu
     dim = x.shape[1]
     tolerance = ORTHOGONALITY_TOLERANCE
     if y.dtype != np.float64:
-        u = oracles.unit_roundoff(y.dtype)
+        u = fuzzkit.oracles.unit_roundoff(y.dtype)
         tolerance = _gamma(reference.rotation_roundings(dim) + 2 * dim, u) * 2.0
     y = y.astype(np.float64)
     norms = np.linalg.norm(x, axis=1)
@@ -274,7 +274,7 @@ def scale_equivariant(impl: Impl, inputs: Mapping[str, Any]) -> Optional[Failure
                           index=where)
     s0 = np.asarray(base["scales"], dtype=np.float64)
     s1 = np.asarray(scaled["scales"], dtype=np.float64)
-    u = oracles.unit_roundoff(np.asarray(base["scales"]).dtype)
+    u = fuzzkit.oracles.unit_roundoff(np.asarray(base["scales"]).dtype)
     bad = np.abs(s1 - ALPHA * s0) > 2.0 * u * ALPHA * np.abs(s0)
     if bad.any():
         j = int(np.argwhere(bad)[0][0])
@@ -293,7 +293,7 @@ def self_score(impl: Impl, inputs: Mapping[str, Any]) -> Optional[Failure]:
     if sym.shape != (vectors.shape[0],) * 2:
         return _invariant("self-score", f"symmetric_scores has shape {sym.shape}")
     norms2 = np.sum(vectors * vectors, axis=1)
-    failure = oracles.close(norms2, np.diagonal(sym), dtype="float32",
+    failure = fuzzkit.oracles.close(norms2, np.diagonal(sym), dtype="float32",
                             reduction_length=5 * vectors.shape[1] + 16, magnitude=norms2,
                             name="self_score")
     if failure is None:

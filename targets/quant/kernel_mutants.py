@@ -1,15 +1,15 @@
 """Buggy variants of the quant scoring kernel, each a patch that swaps one in.
 
-Every mutant is the *correct* source of :mod:`targets.quant.kernels` with one line replaced
+Every mutant is the *correct* source of :mod:`fuzzkit.targets.quant.kernels` with one line replaced
 (shown in each docstring), compiled as a real Triton kernel -- natively on a GPU, under
 ``TRITON_INTERPRET=1`` without one -- and installed as ``kernels.kernel``, which the launcher looks
 up at call time (:func:`fuzzkit.mutants.source_edit`: an anchor line that no longer occurs
 exactly once raises ``RuntimeError`` instead of silently testing the clean kernel).
 
-Each bug lives only past one of the kernel's tiles (:mod:`targets.quant.tiles`): in the second
+Each bug lives only past one of the kernel's tiles (:mod:`fuzzkit.targets.quant.tiles`): in the second
 program along ``M`` or ``N``, or the second step along ``D`` -- where the strategy's
 threshold-aware sizes take the cases, and where a strategy with one program per axis never went.
-They act on the ``triton`` implementation; :mod:`targets.quant.mutants` lists them as
+They act on the ``triton`` implementation; :mod:`fuzzkit.targets.quant.mutants` lists them as
 ``kernel-<name>``.
 """
 
@@ -18,7 +18,7 @@ from __future__ import annotations
 from fuzzkit.mutants import Patch, source_edit
 
 #: The module the mutants edit, imported only when one is applied (it needs Triton).
-_KERNELS = "targets.quant.kernels"
+_KERNELS = "fuzzkit.targets.quant.kernels"
 
 
 _SCALE_LOAD = "    scale = tl.load(scale_ptr + offs_n, mask=mask_n, other=0.0)\n"

@@ -25,7 +25,7 @@ allocation, which under ``TRITON_INTERPRET=1`` would read arbitrary memory (sile
 platform notes) and on a GPU could fault -- the guard makes such a bug fail deterministically, so
 it can be shrunk and replayed.
 
-Tiles are launch parameters (:mod:`targets.quant.tiles`; ``@triton.autotune`` needs a GPU
+Tiles are launch parameters (:mod:`fuzzkit.targets.quant.tiles`; ``@triton.autotune`` needs a GPU
 driver): a GPU launches ``(64, 64, 32)``; the interpreter launches ``(16, 16, 64)``, so that
 fuzzing-sized cases need second programs along ``M`` and ``N`` (and a second ``D`` step from
 ``D = 65``) -- the code past the first tile runs under test, not only on a GPU.
@@ -46,8 +46,8 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-from targets.quant import tiles as tile_configs  # noqa: E402
-from targets.quant.tiles import Tiles  # noqa: E402
+from fuzzkit.targets.quant import tiles as tile_configs  # noqa: E402
+from fuzzkit.targets.quant.tiles import Tiles  # noqa: E402
 
 
 @triton.jit
@@ -118,7 +118,7 @@ class Operands:
 def to_device(queries: np.ndarray, codes: np.ndarray, scales: np.ndarray,
               centroids: np.ndarray, tiles: Optional[Tiles] = None) -> Operands:
     """Copy NumPy operands to the kernel's device in the layout :func:`launch` expects, for a
-    launch with ``tiles`` (default: this mode's, :func:`targets.quant.tiles.current`)."""
+    launch with ``tiles`` (default: this mode's, :func:`fuzzkit.targets.quant.tiles.current`)."""
     tiles = tiles or tile_configs.current()
     device = triton_support.device()
     guard = tiles.block_d

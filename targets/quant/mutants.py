@@ -17,7 +17,7 @@ import numpy as np
 
 from fuzzkit.mutants import derived, device_mutants, patch, source_edit
 from fuzzkit.target import Mutant
-from targets.quant import numpy_impl
+from fuzzkit.targets.quant import numpy_impl
 
 
 def _next_pow2(n: int) -> int:
@@ -155,7 +155,7 @@ def _score_quantized_query(rotated_queries: np.ndarray, codes: np.ndarray, scale
 
 
 _HOISTED_D_MASK = source_edit(
-    "targets.quant.kernels",
+    "fuzzkit.targets.quant.kernels",
     "    mask_n = offs_n < N\n",
     "    mask_n = offs_n < N\n    mask_d = tl.arange(0, BLOCK_D) < D\n",
     ("        mask_d = offs_d < D\n", ""),
@@ -264,6 +264,6 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
 )
 
-#: The Triton kernel's mutants (:mod:`targets.quant.kernel_mutants`), as ``kernel-<name>``.
-DEVICE_MUTANTS: list[Mutant] = device_mutants("targets.quant.kernel_mutants")
+#: The Triton kernel's mutants (:mod:`fuzzkit.targets.quant.kernel_mutants`), as ``kernel-<name>``.
+DEVICE_MUTANTS: list[Mutant] = device_mutants("fuzzkit.targets.quant.kernel_mutants")
 

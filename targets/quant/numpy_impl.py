@@ -12,7 +12,7 @@ call time, so a mutant can replace one step with
 implementation, which reuses the encoder) picks the replacement up.
 
 The rotation parameters (permutations, signs) and the codebook tables come from
-:mod:`targets.quant.reference`: they are data that define the format, not computation.
+:mod:`fuzzkit.targets.quant.reference`: they are data that define the format, not computation.
 
 Per-collection state is cached, as a vector database keeps it per collection (Qdrant holds one
 rotation per quantized collection): :func:`rotation` returns the rotation's rounds with the signs
@@ -32,7 +32,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from fuzzkit import reach
-from targets.quant import reference
+from fuzzkit.targets.quant import reference
 
 Plan = Sequence[tuple[np.ndarray, np.ndarray]]
 

@@ -2,8 +2,8 @@
 
 Why: a threshold names a size (:mod:`fuzzkit.reach`); this module says where each size is in a
 case, so ``reach.crossings`` and the run reports can tell which edges the strategy reaches.  The
-shared encoder's threshold is :data:`targets.quant.numpy_impl.ENCODER_THRESHOLDS`, the kernel's
-tiles :func:`targets.quant.tiles.thresholds`.  No Hypothesis, torch or triton here: building the
+shared encoder's threshold is :data:`fuzzkit.targets.quant.numpy_impl.ENCODER_THRESHOLDS`, the kernel's
+tiles :func:`fuzzkit.targets.quant.tiles.thresholds`.  No Hypothesis, torch or triton here: building the
 target must stay light.
 """
 

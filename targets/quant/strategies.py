@@ -5,7 +5,7 @@ Sizes
 The three sizes ``n`` (stored vectors), ``m`` (queries) and ``D`` (dimension) are drawn with
 :func:`fuzzkit.reach.size` against the thresholds the fuzzed implementation declares (the shared
 encoder's Walsh--Hadamard block edge, and for the Triton implementation the scoring kernel's tiles
-as launched in this mode, :mod:`targets.quant.tiles`): about half the draws are the cheap usual
+as launched in this mode, :mod:`fuzzkit.targets.quant.tiles`): about half the draws are the cheap usual
 sizes (which lean on the thresholds' cheap edges too, see :func:`_usual`), the rest sit on
 ``t-1, t, t+1, 2t±1`` of a threshold or a little above.  ``n`` and ``m`` may be 0 (the contract
 allows an empty side; the launcher must not launch then).
@@ -45,7 +45,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from fuzzkit import reach, values
-from targets.quant import checks, reference
+from fuzzkit.targets.quant import checks, reference
 
 #: The usual sizes (the ``base`` of :func:`reach.size`): cheap cases, most of the run.
 BASE_VECTORS = 40

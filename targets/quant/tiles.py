@@ -1,6 +1,6 @@
 """Tile configurations of the quant scoring kernel, and the thresholds they put on case sizes.
 
-The kernel (:mod:`targets.quant.kernels`) takes its tile sizes as launch parameters.  On a GPU it
+The kernel (:mod:`fuzzkit.targets.quant.kernels`) takes its tile sizes as launch parameters.  On a GPU it
 launches the real ``64 x 64 x 32`` tiles.  Under ``TRITON_INTERPRET=1`` every program costs
 milliseconds, and with 64-row tiles a fuzzing-sized case would never need a second program along
 any axis -- the code past the first tile (program offsets, ragged tails) would never run.  So

@@ -12,12 +12,12 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from targets.quant import numpy_impl
+from fuzzkit.targets.quant import numpy_impl
 
 
 def run(inputs: Mapping[str, Any]) -> dict[str, Any]:
     """``inputs -> outputs`` with the same schema as :func:`numpy_impl.run`; float32 scores."""
-    from targets.quant import kernels
+    from fuzzkit.targets.quant import kernels
 
     s = numpy_impl.store(inputs)
     stored = numpy_impl.decode(s.codes, s.centroids.astype(np.float32)) * s.scales[:, None]

@@ -22,16 +22,16 @@ from __future__ import annotations
 from typing import Any
 
 from fuzzkit.target import Implementation, Target, lazy
-from targets.scheduling import checks
-from targets.scheduling.workload import Request
+from fuzzkit.targets.scheduling import checks
+from fuzzkit.targets.scheduling.workload import Request
 
 
 def run_with(policies: Any, routers: Any, inputs: dict[str, Any], memory_class: Any = None,
              admissions: Any = None) -> dict[str, Any]:
     """Simulate ``inputs`` with the given policy and router modules, KV memory class and
     admission controller classes."""
-    from targets.scheduling.memory import KVMemory
-    from targets.scheduling.sim import simulate
+    from fuzzkit.targets.scheduling.memory import KVMemory
+    from fuzzkit.targets.scheduling.sim import simulate
 
     requests = [Request.from_json(r) for r in inputs["requests"]]
     return simulate(inputs["config"], requests, policies, routers, memory_class or KVMemory,
@@ -39,39 +39,39 @@ def run_with(policies: Any, routers: Any, inputs: dict[str, Any], memory_class: 
 
 
 def _reference(inputs: dict[str, Any]) -> dict[str, Any]:
-    from targets.scheduling.policies import reference as policies
-    from targets.scheduling.routers import reference as routers
+    from fuzzkit.targets.scheduling.policies import reference as policies
+    from fuzzkit.targets.scheduling.routers import reference as routers
 
     return run_with(policies, routers, inputs)
 
 
 def _optimized(inputs: dict[str, Any]) -> dict[str, Any]:
-    from targets.scheduling.admission import OPTIMIZED_ADMISSIONS
-    from targets.scheduling.memory import OptimizedKVMemory
-    from targets.scheduling.policies import optimized as policies
-    from targets.scheduling.routers import optimized as routers
+    from fuzzkit.targets.scheduling.admission import OPTIMIZED_ADMISSIONS
+    from fuzzkit.targets.scheduling.memory import OptimizedKVMemory
+    from fuzzkit.targets.scheduling.policies import optimized as policies
+    from fuzzkit.targets.scheduling.routers import optimized as routers
 
     return run_with(policies, routers, inputs, OptimizedKVMemory, OPTIMIZED_ADMISSIONS)
 
 
 def _strategy(thresholds: tuple[Any, ...] = ()) -> Any:
-    from targets.scheduling.strategies import inputs
+    from fuzzkit.targets.scheduling.strategies import inputs
 
     return inputs(thresholds)
 
 
 def _events(inputs: dict[str, Any]) -> list[str]:
-    from targets.scheduling.workload_events import events
+    from fuzzkit.targets.scheduling.workload_events import events
 
     return events(inputs)
 
 
 def target() -> Target:
-    """The ``scheduling`` target (entry point ``targets.scheduling:target``)."""
-    from targets.scheduling import thresholds
-    from targets.scheduling.limits import LIMITS
-    from targets.scheduling.mutants import MUTANTS
-    from targets.scheduling.properties import PROPERTIES
+    """The ``scheduling`` target (entry point ``fuzzkit.targets.scheduling:target``)."""
+    from fuzzkit.targets.scheduling import thresholds
+    from fuzzkit.targets.scheduling.limits import LIMITS
+    from fuzzkit.targets.scheduling.mutants import MUTANTS
+    from fuzzkit.targets.scheduling.properties import PROPERTIES
 
     return Target(
         name="scheduling",
@@ -85,9 +85,9 @@ def target() -> Target:
                 "optimized", _optimized, backend="python",
                 description="heaps, a kinetic tournament for Fairway's response ratios, "
                             "bisected hash ring",
-                thresholds=lazy("targets.scheduling.thresholds:optimized"),
-                sources=("targets.scheduling.policies.optimized",
-                         "targets.scheduling.routers.optimized")),
+                thresholds=lazy("fuzzkit.targets.scheduling.thresholds:optimized"),
+                sources=("fuzzkit.targets.scheduling.policies.optimized",
+                         "fuzzkit.targets.scheduling.routers.optimized")),
         },
         oracle=checks.oracle,
         properties=PROPERTIES,
@@ -99,8 +99,8 @@ def target() -> Target:
         events=_events,
         # the simulator and the layers both implementations run through (the session KV memory
         # and the admission controllers hold the optimized LRU and controller classes too)
-        sources=("targets.scheduling.sim", "targets.scheduling.cache", "targets.scheduling.cost",
-                 "targets.scheduling.memory", "targets.scheduling.admission",
-                 "targets.scheduling.policies.base", "targets.scheduling.routers.base"),
+        sources=("fuzzkit.targets.scheduling.sim", "fuzzkit.targets.scheduling.cache", "fuzzkit.targets.scheduling.cost",
+                 "fuzzkit.targets.scheduling.memory", "fuzzkit.targets.scheduling.admission",
+                 "fuzzkit.targets.scheduling.policies.base", "fuzzkit.targets.scheduling.routers.base"),
         limits=LIMITS,
     )

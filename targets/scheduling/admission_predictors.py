@@ -15,7 +15,7 @@ import math
 from fractions import Fraction
 from typing import Any, Mapping, Protocol
 
-from targets.scheduling.admission import _fraction, _int
+from fuzzkit.targets.scheduling.admission import _fraction, _int
 
 
 class Predictor(Protocol):

@@ -23,11 +23,11 @@ from __future__ import annotations
 
 from typing import Any, Iterator, Mapping, Optional
 
-import oracles
+import fuzzkit.oracles
 from fuzzkit.failure import Failure
-from targets.scheduling.routers import checks as router_checks
-from targets.scheduling.sim import Config
-from targets.scheduling.workload import Request, validate_requests
+from fuzzkit.targets.scheduling.routers import checks as router_checks
+from fuzzkit.targets.scheduling.sim import Config
+from fuzzkit.targets.scheduling.workload import Request, validate_requests
 
 Violation = dict[str, Any]
 
@@ -131,7 +131,7 @@ def _routing(config: Config, inputs: Mapping[str, Any], output: Mapping[str, Any
     name = config.router["name"]
     ring = None
     if name == "prefix":
-        from targets.scheduling.routers import reference
+        from fuzzkit.targets.scheduling.routers import reference
 
         ring = reference.make_router("prefix", config.instances, config.seed,
                                      **config.router_params())
@@ -156,7 +156,7 @@ def _admission(config: Config, inputs: Mapping[str, Any], output: Mapping[str, A
     """The admission controller's invariants, re-derived from its log (Σ reservations ≤ B(t)
     at every admission, each reservation released exactly once, Σ = 0 at the end, FIFO,
     B(t) within bounds)."""
-    from targets.scheduling.admission_checks import check_log
+    from fuzzkit.targets.scheduling.admission_checks import check_log
 
     admission = output.get("admission")
     if not admission:
@@ -181,7 +181,7 @@ def oracle(inputs: dict[str, Any], expected: dict[str, Any], actual: dict[str, A
                        f"{ref_violation['message']}",
                        f"invariant:scheduling:reference:{ref_violation['check']}", ref_violation)
     violation = first_violation(inputs, actual)
-    diverged = oracles.trace(expected["events"], actual["events"], name="scheduling events")
+    diverged = fuzzkit.oracles.trace(expected["events"], actual["events"], name="scheduling events")
     if diverged is not None and (violation is None or _time_of(diverged) < violation["t"]):
         return diverged
     if violation is None:
@@ -222,11 +222,11 @@ def _build(config: Config) -> None:
     """Construct every component the config names, so that a parameter they refuse (an unknown
     policy, a negative β, an epsilon that is not a number, a Basin floor above its ceiling, an
     unknown eviction) makes the case invalid here instead of crashing both simulators."""
-    from targets.scheduling.admission import make_admission
-    from targets.scheduling.cache import PrefixCache
-    from targets.scheduling.memory import KVMemory
-    from targets.scheduling.policies.reference import make_policy
-    from targets.scheduling.routers.reference import make_router
+    from fuzzkit.targets.scheduling.admission import make_admission
+    from fuzzkit.targets.scheduling.cache import PrefixCache
+    from fuzzkit.targets.scheduling.memory import KVMemory
+    from fuzzkit.targets.scheduling.policies.reference import make_policy
+    from fuzzkit.targets.scheduling.routers.reference import make_router
 
     make_policy(config.policy["name"], **config.policy_params())
     make_router(config.router["name"], config.instances, config.seed, **config.router_params())

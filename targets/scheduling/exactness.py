@@ -6,8 +6,8 @@ recomputes only the hole, at the hole's original positions.  Under causal attent
 of a position depend only on the tokens and positions at or before it, so the recomputed hole
 equals what the full prefill wrote, and the kept suffix -- computed from those same values --
 stays valid.  This module checks that claim on a tiny model whose every K/V write goes through
-:func:`targets.paged_kv.kernels.write_kv` and every attention read through
-:func:`targets.paged_kv.kernels.paged_attention` with a block table.
+:func:`fuzzkit.targets.paged_kv.kernels.write_kv` and every attention read through
+:func:`fuzzkit.targets.paged_kv.kernels.paged_attention` with a block table.
 
 The model's own projections run on the CPU in torch; the caches and the kernels on
 :func:`fuzzkit.triton_support.device` (the CPU under ``TRITON_INTERPRET=1``).
@@ -15,7 +15,7 @@ The model's own projections run on the CPU in torch; the caches and the kernels 
 Precision: float64 end to end, compared bitwise.  Weights, activations, queries and the K/V
 caches are float64, and the kernels run with float64 storage, which makes them accumulate in
 float64 throughout (scores, the scale constant, ``exp2``, the online-softmax state and both
-dots; see :mod:`targets.paged_kv.kernels`).  Equality is still demanded to the bit, not within
+dots; see :mod:`fuzzkit.targets.paged_kv.kernels`).  Equality is still demanded to the bit, not within
 a tolerance, because the computation of a position is the *same* computation in the full
 prefill and in the refill -- float64 only makes each computation closer to the exact one:
 
@@ -66,8 +66,8 @@ triton_support.prepare()  # before Triton is imported: it decides then whether t
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from targets.paged_kv import kernels  # noqa: E402
-from targets.scheduling.cost import CostModel  # noqa: E402
+from fuzzkit.targets.paged_kv import kernels  # noqa: E402
+from fuzzkit.targets.scheduling.cost import CostModel  # noqa: E402
 
 DTYPE = torch.float64
 RMS_EPS = 1e-6

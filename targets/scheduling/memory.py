@@ -29,7 +29,7 @@ import dataclasses
 from collections import OrderedDict
 from typing import Any, Optional
 
-from targets.scheduling.cost import CostModel
+from fuzzkit.targets.scheduling.cost import CostModel
 
 EVICTIONS = ("tail_lru", "session", "penelope")
 

@@ -6,7 +6,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from targets.scheduling.workload import SECOND, Request
+from fuzzkit.targets.scheduling.workload import SECOND, Request
 
 
 def ttfts(output: Mapping[str, Any]) -> dict[int, int]:

@@ -26,10 +26,10 @@ from typing import Any, Sequence
 
 from fuzzkit.mutants import patch
 from fuzzkit.target import Mutant
-from targets.scheduling import admission as A
-from targets.scheduling import memory as M
-from targets.scheduling.policies import optimized as P
-from targets.scheduling.routers import optimized as R
+from fuzzkit.targets.scheduling import admission as A
+from fuzzkit.targets.scheduling import memory as M
+from fuzzkit.targets.scheduling.policies import optimized as P
+from fuzzkit.targets.scheduling.routers import optimized as R
 
 FAIRWAY_PAPER = ("Fairway prefill scheduling (docs/COMPONENTS.md §2): bypass budget β over the oldest "
                  "waiter")

@@ -23,8 +23,8 @@ from typing import Any, Callable, Optional
 
 from fuzzkit.failure import Failure
 from fuzzkit.target import Property
-from targets.scheduling.cost import CostModel
-from targets.scheduling.metrics import ttfts
+from fuzzkit.targets.scheduling.cost import CostModel
+from fuzzkit.targets.scheduling.metrics import ttfts
 
 Run = Callable[[dict[str, Any]], dict[str, Any]]
 SCALE = 3

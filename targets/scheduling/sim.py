@@ -27,13 +27,13 @@ import heapq
 from types import ModuleType
 from typing import Any, Mapping, Optional
 
-from targets.scheduling import memory_checks
-from targets.scheduling.cache import PrefixCache
-from targets.scheduling.cost import CostModel
-from targets.scheduling.memory import KVMemory
-from targets.scheduling.policies.base import Waiting
-from targets.scheduling.routers.base import stable_hash
-from targets.scheduling.workload import Request
+from fuzzkit.targets.scheduling import memory_checks
+from fuzzkit.targets.scheduling.cache import PrefixCache
+from fuzzkit.targets.scheduling.cost import CostModel
+from fuzzkit.targets.scheduling.memory import KVMemory
+from fuzzkit.targets.scheduling.policies.base import Waiting
+from fuzzkit.targets.scheduling.routers.base import stable_hash
+from fuzzkit.targets.scheduling.workload import Request
 
 DEFAULTS: dict[str, Any] = {
     "block_size": 16,
@@ -233,7 +233,7 @@ class Simulation:
             self.peak[sid] = max(self.peak.get(sid, 0), -(-(r.prompt + r.output) // b))
         self.admission = None
         if config.admission is not None:
-            from targets.scheduling.admission import make_admission
+            from fuzzkit.targets.scheduling.admission import make_admission
 
             params = {k: v for k, v in config.admission.items() if k != "name"}
             self.admission = make_admission(config.admission["name"], admissions, **params)

@@ -27,10 +27,10 @@ from hypothesis import strategies as st
 
 from fuzzkit import program, reach, values
 from fuzzkit.reach import Threshold
-from targets.scheduling.cost import CostModel
-from targets.scheduling.thresholds import MAX_REQUESTS, largest_context
-from targets.scheduling.workload import Request, Trie
-from targets.scheduling.workload_events import KINDS, QUIET_STEPS, REQUEST_KINDS
+from fuzzkit.targets.scheduling.cost import CostModel
+from fuzzkit.targets.scheduling.thresholds import MAX_REQUESTS, largest_context
+from fuzzkit.targets.scheduling.workload import Request, Trie
+from fuzzkit.targets.scheduling.workload_events import KINDS, QUIET_STEPS, REQUEST_KINDS
 
 BLOCK = 2
 #: A case without a threshold to reach holds a few dozen requests at most (cheap cases: many).

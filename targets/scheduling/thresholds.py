@@ -22,8 +22,8 @@ from __future__ import annotations
 from typing import Any, Iterator, Mapping
 
 from fuzzkit.reach import Size, Threshold
-from targets.scheduling.policies.optimized import COMPACT_SLACK, TOURNAMENT_LEAVES
-from targets.scheduling.policies.reference import DEFAULT_FALLBACK
+from fuzzkit.targets.scheduling.policies.optimized import COMPACT_SLACK, TOURNAMENT_LEAVES
+from fuzzkit.targets.scheduling.policies.reference import DEFAULT_FALLBACK
 
 #: The largest case the strategy builds (twice the lazy indexes' rebuild point and more; past
 #: LPM's default fallback).

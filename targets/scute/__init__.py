@@ -42,12 +42,12 @@ from typing import Optional
 
 from fuzzkit import triton_support
 from fuzzkit.target import Implementation, Target, lazy
-from targets.scute import checks, reference, sizes
+from fuzzkit.targets.scute import checks, reference, sizes
 
 
 def _kernel_thresholds() -> tuple:
     """The Scute kernel's tiles as launched in this mode (imports no torch/triton until asked)."""
-    from targets.scute import tiles
+    from fuzzkit.targets.scute import tiles
 
     return tiles.thresholds()
 
@@ -59,13 +59,13 @@ def _torch_unavailable() -> Optional[str]:
 
 
 def _peft_unavailable() -> Optional[str]:
-    from targets.scute.adapters import peft_impl
+    from fuzzkit.targets.scute.adapters import peft_impl
 
     return peft_impl.unavailable()
 
 
 def _punica_unavailable() -> str | None:
-    from targets.scute.adapters import vllm_punica
+    from fuzzkit.targets.scute.adapters import vllm_punica
 
     return vllm_punica.unavailable()
 
@@ -73,59 +73,59 @@ def _punica_unavailable() -> str | None:
 def _punica_thresholds() -> tuple:
     """vLLM's Punica tiles from its own config getter (loads the pinned modules when asked;
     none where they cannot be loaded)."""
-    from targets.scute.adapters import vllm_punica
+    from fuzzkit.targets.scute.adapters import vllm_punica
 
     return vllm_punica.thresholds() if vllm_punica.unavailable() is None else ()
 
 
 def target() -> Target:
-    """The ``scute`` target (entry point ``targets.scute:target``)."""
-    from targets.scute.adapters.peft_mutants import MUTANTS as PEFT_MUTANTS
-    from targets.scute.adapters.vllm_punica_mutants import MUTANTS as PUNICA_MUTANTS
-    from targets.scute.limits import LIMITS
-    from targets.scute.mutants import DEVICE_MUTANTS, MUTANTS
-    from targets.scute.properties import PROPERTIES
+    """The ``scute`` target (entry point ``fuzzkit.targets.scute:target``)."""
+    from fuzzkit.targets.scute.adapters.peft_mutants import MUTANTS as PEFT_MUTANTS
+    from fuzzkit.targets.scute.adapters.vllm_punica_mutants import MUTANTS as PUNICA_MUTANTS
+    from fuzzkit.targets.scute.limits import LIMITS
+    from fuzzkit.targets.scute.mutants import DEVICE_MUTANTS, MUTANTS
+    from fuzzkit.targets.scute.properties import PROPERTIES
 
     return Target(
         name="scute",
         description="exact-mix adapter kernels: LoRA, rsLoRA, DoRA, VeRA, OFT, BOFT, IA3 and "
                     "base-only tokens in one batch, slot form vs float64 native PEFT forms",
-        strategy=lazy("targets.scute.strategies:inputs"),
+        strategy=lazy("fuzzkit.targets.scute.strategies:inputs"),
         reference=reference.run,
         implementations={
             "triton": Implementation(
-                "triton", lazy("targets.scute.triton_impl:run"), backend="triton",
+                "triton", lazy("fuzzkit.targets.scute.triton_impl:run"), backend="triton",
                 description="one Scute kernel launch for the mixed batch (bitwise batch "
                             "invariant natively)",
-                unavailable=triton_support.unavailable_with("targets.scute.triton_impl"),
+                unavailable=triton_support.unavailable_with("fuzzkit.targets.scute.triton_impl"),
                 thresholds=_kernel_thresholds,
-                sources=("targets.scute.triton_impl", "targets.scute.kernels",
-                         "targets.scute.batching", "targets.scute.tiles"),
+                sources=("fuzzkit.targets.scute.triton_impl", "fuzzkit.targets.scute.kernels",
+                         "fuzzkit.targets.scute.batching", "fuzzkit.targets.scute.tiles"),
             ),
             "torch": Implementation(
-                "torch", lazy("targets.scute.torch_impl:run"), backend="torch",
+                "torch", lazy("fuzzkit.targets.scute.torch_impl:run"), backend="torch",
                 description="Punica-style gather by slot + batched matmuls, fp32 shrink buffer",
                 unavailable=_torch_unavailable,
                 thresholds=sizes.TORCH_THRESHOLDS,
-                sources=("targets.scute.torch_impl",),
+                sources=("fuzzkit.targets.scute.torch_impl",),
             ),
             "peft": Implementation(
-                "peft", lazy("targets.scute.adapters.peft_impl:run"), backend="external",
+                "peft", lazy("fuzzkit.targets.scute.adapters.peft_impl:run"), backend="external",
                 description="Hugging Face PEFT's own wrapped Linear layers, one adapter at a "
                             "time (float32 on storage-dtype values)",
                 unavailable=_peft_unavailable,
-                cases=lazy("targets.scute.adapters.peft_impl:cases"),
-                sources=("targets.scute.adapters.peft_impl",),
+                cases=lazy("fuzzkit.targets.scute.adapters.peft_impl:cases"),
+                sources=("fuzzkit.targets.scute.adapters.peft_impl",),
             ),
             "vllm-punica": Implementation(
-                "vllm-punica", lazy("targets.scute.adapters.vllm_punica:run"),
+                "vllm-punica", lazy("fuzzkit.targets.scute.adapters.vllm_punica:run"),
                 backend="triton",
                 description="vLLM's Punica LoRA kernels (lora_shrink / lora_expand with "
                             "LoRAKernelMeta), pinned wheel, on the LoRA cases they serve",
                 unavailable=_punica_unavailable,
                 thresholds=_punica_thresholds,
-                cases=lazy("targets.scute.adapters.vllm_punica:cases"),
-                sources=("targets.scute.adapters.vllm_punica",),
+                cases=lazy("fuzzkit.targets.scute.adapters.vllm_punica:cases"),
+                sources=("fuzzkit.targets.scute.adapters.vllm_punica",),
             ),
         },
         oracle=checks.oracle,
@@ -136,6 +136,6 @@ def target() -> Target:
         localize=checks.localize,
         thresholds=sizes.SHARED_THRESHOLDS,
         sizes=sizes.SIZES,
-        sources=("targets.scute.slots",),
+        sources=("fuzzkit.targets.scute.slots",),
         limits=LIMITS,
     )

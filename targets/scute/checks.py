@@ -27,7 +27,7 @@ The bound holds for cases inside the contract's range (:mod:`.ranges`, checked b
 
 ``u_s`` is 2^-24 (float32), 2^-11 (float16), 2^-7 (bfloat16: the Triton interpreter truncates
 f32->bf16 instead of rounding, a full ulp).  The comparison goes through
-:func:`oracles.close.close` with this bound as its magnitude.
+:func:`fuzzkit.oracles.close.close` with this bound as its magnitude.
 """
 
 from __future__ import annotations
@@ -38,8 +38,8 @@ from typing import Any, Callable, Mapping, Optional
 import numpy as np
 
 from fuzzkit.failure import Failure
-from oracles.close import close, gamma, smallest_normal
-from targets.scute import ranges, reference, slots
+from fuzzkit.oracles.close import close, gamma, smallest_normal
+from fuzzkit.targets.scute import ranges, reference, slots
 
 DTYPES = ("float32", "float16", "bfloat16")
 U_ACC = 2.0 ** -24
@@ -170,7 +170,7 @@ def _check_adapter(i: int, ad: Mapping[str, Any], k: int, nout: int, dtype: str)
 def validate(inputs: Mapping[str, Any], conversion: Any = None) -> Optional[str]:
     """One line saying what is wrong with a case's inputs, or None.  ``conversion``: the slot
     conversion module to judge the slot parameters with (default :mod:`.slots`; the strategy
-    passes the unpatched copy, :func:`targets.scute.pristine.slots`)."""
+    passes the unpatched copy, :func:`fuzzkit.targets.scute.pristine.slots`)."""
     conversion = slots if conversion is None else conversion
     for key in ("dtype", "x", "w0", "b0", "token_adapter", "adapters"):
         if key not in inputs:

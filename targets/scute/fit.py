@@ -16,7 +16,7 @@ norm, a VeRA ``λ_b`` near the float32 limit), then each token's row ``x_t`` aga
 that scales with it.  A DoRA slot whose weight norm is exactly zero has no finite ``g`` (PEFT
 divides by it too) and becomes the LoRA adapter it was built from.
 
-The slot conversion used here is :func:`targets.scute.pristine.slots`, which mutants do not
+The slot conversion used here is :func:`fuzzkit.targets.scute.pristine.slots`, which mutants do not
 patch.
 """
 
@@ -27,7 +27,7 @@ from typing import Any, Mapping, Optional
 
 import numpy as np
 
-from targets.scute import checks, pristine, ranges
+from fuzzkit.targets.scute import checks, pristine, ranges
 
 #: slot parameter -> the adapter key that scales it, per method ("b0": the base bias).
 CULPRITS: dict[str, dict[str, str]] = {

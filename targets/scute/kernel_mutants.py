@@ -1,17 +1,17 @@
 """Buggy variants of the ``scute`` Triton kernel, each a patch that swaps one in.
 
-Every kernel mutant is the *correct* kernel source of :mod:`targets.scute.kernels` with one line
+Every kernel mutant is the *correct* kernel source of :mod:`fuzzkit.targets.scute.kernels` with one line
 replaced (quoted in each docstring), compiled as a real Triton kernel -- natively on a GPU, under
 ``TRITON_INTERPRET=1`` without one -- and installed as ``kernels.scute_kernel``, which the
 launcher looks up at call time (:func:`fuzzkit.mutants.source_edit`: an anchor line that no longer
 occurs exactly once raises ``RuntimeError`` instead of silently testing the clean kernel).  The
 ``segment-off-by-one`` and ``tile-remainder-zero`` mutants patch
-:func:`targets.scute.batching.segments` instead (the host side of the SGMV metadata), and
-``block-r-capped`` patches :func:`targets.scute.kernels.block_r`; the launcher looks both up at
+:func:`fuzzkit.targets.scute.batching.segments` instead (the host side of the SGMV metadata), and
+``block-r-capped`` patches :func:`fuzzkit.targets.scute.kernels.block_r`; the launcher looks both up at
 call time.
 
-They act on the ``triton`` implementation of the ``scute`` target; ``targets.scute.mutants``
-wires them with ``fuzzkit.mutants.device_mutants("targets.scute.kernel_mutants")``.
+They act on the ``triton`` implementation of the ``scute`` target; ``fuzzkit.targets.scute.mutants``
+wires them with ``fuzzkit.mutants.device_mutants("fuzzkit.targets.scute.kernel_mutants")``.
 ``tests/test_scute_kernels.py`` shows each one failing the float64 slot-form comparison at
 float32 on a typical mixed batch.
 """
@@ -23,10 +23,10 @@ from typing import Any, Callable
 import numpy as np
 
 from fuzzkit.mutants import Patch, derived, patch, source_edit
-from targets.scute import batching, tiles
+from fuzzkit.targets.scute import batching, tiles
 
 #: The module the mutants edit, imported only when one is applied (it needs Triton).
-_KERNELS = "targets.scute.kernels"
+_KERNELS = "fuzzkit.targets.scute.kernels"
 
 #: ``batching.segments``: ``(token_slot, block_m) -> (order, start, length, slot)``.
 Segments = Callable[[Any, int], tuple[np.ndarray, ...]]

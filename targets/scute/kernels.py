@@ -9,7 +9,7 @@ Launchers take torch tensors on :func:`fuzzkit.triton_support.device`::
     scute(x, w0, b0, token_slot, params, mode=...)        -> [Ntok, Nout] storage dtype
     slot_tensors(packed, dtype, device)                   -> params dict for :func:`scute`
 
-Batching (:mod:`targets.scute.batching`, Punica SGMV / vLLM style): tokens are stably sorted by
+Batching (:mod:`fuzzkit.targets.scute.batching`, Punica SGMV / vLLM style): tokens are stably sorted by
 slot and cut into tiles of at most ``BLOCK_M`` rows of one slot.  Grid ``(tiles, cdiv(Nout,
 BLOCK_N))``.  Each program
 
@@ -58,7 +58,7 @@ single-token requests -- ``BLOCK_M = 16``; ``prefill`` -- long runs of one adapt
 = 64``; ``BLOCK_N = BLOCK_K = 64``; the shrink buffer ``BLOCK_R = max(16, next_pow2(R))``.
 Under the interpreter the same kernel is launched with small tiles (``BLOCK_M`` 8 / 16,
 ``BLOCK_N = BLOCK_K = 32``, ``BLOCK_R >= 4``) so that cheap cases take every loop's second step;
-:func:`targets.scute.tiles.thresholds` declares them.  ``block_m`` / ``block_n`` / ``block_k``
+:func:`fuzzkit.targets.scute.tiles.thresholds` declares them.  ``block_m`` / ``block_n`` / ``block_k``
 override (tests force many tiles).
 
 The pure-LoRA baseline of ``benchmarks/scute.py`` (same structure) is in :mod:`.lora_baseline`.
@@ -78,8 +78,8 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-from targets.scute import batching, tiles  # noqa: E402
-from targets.scute.tiles import CONFIGS_GPU, CONFIGS_INTERPRETED  # noqa: E402,F401
+from fuzzkit.targets.scute import batching, tiles  # noqa: E402
+from fuzzkit.targets.scute.tiles import CONFIGS_GPU, CONFIGS_INTERPRETED  # noqa: E402,F401
 
 NUM_WARPS = 4
 
@@ -207,7 +207,7 @@ def configs(mode: str, block_m: Optional[int] = None, block_n: Optional[int] = N
 
 def block_r(rank: int) -> int:
     """Shrink-buffer width ``BLOCK_R`` for a padded rank ``R``: the next power of two, at least
-    the mode's minimum (:data:`targets.scute.tiles.BLOCK_R_MIN_GPU` natively)."""
+    the mode's minimum (:data:`fuzzkit.targets.scute.tiles.BLOCK_R_MIN_GPU` natively)."""
     return max(tiles.block_r_min(), _next_pow2(rank))
 
 

@@ -1,5 +1,5 @@
 """Pure-LoRA baseline of the Scute kernel, for ``benchmarks/scute.py``: the same tiling and
-batching as :func:`targets.scute.kernels.scute` for ``y = x.W0^T + b0 + scale * (x.A^T).B^T``
+batching as :func:`fuzzkit.targets.scute.kernels.scute` for ``y = x.W0^T + b0 + scale * (x.A^T).B^T``
 (slot -1: base layer only).
 
 Why a module of its own: the baseline is not part of the ``triton`` implementation that fuzzkit
@@ -18,7 +18,7 @@ import torch
 import triton
 import triton.language as tl
 
-from targets.scute.kernels import (NUM_WARPS, _check_base, _dot, _dot_f32, _require,
+from fuzzkit.targets.scute.kernels import (NUM_WARPS, _check_base, _dot, _dot_f32, _require,
                                    _segments, block_r, configs)
 
 

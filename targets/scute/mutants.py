@@ -4,7 +4,7 @@ reference in :mod:`.reference` is never touched).
 
 ``tests/test_scute_mutants.py`` shows each one caught on a fixed case with the method and slot
 named; ``fuzzkit mutants scute`` finds them from scratch.  The Triton kernel's own mutants live
-in :mod:`targets.scute.kernel_mutants` (wired in below as ``kernel-*`` when importable).
+in :mod:`fuzzkit.targets.scute.kernel_mutants` (wired in below as ``kernel-*`` when importable).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import numpy as np
 
 from fuzzkit.mutants import derived, device_mutants, patch
 from fuzzkit.target import Mutant
-from targets.scute import reference, slots
+from fuzzkit.targets.scute import reference, slots
 
 _LORA_SCALE = slots.lora_scale
 _DORA_SLOT = slots.dora_slot
@@ -130,7 +130,7 @@ def _butterfly_perm_transposed(q_i: np.ndarray, k: int, index: int, factors: int
 
 
 #: Patched by name: imported only when the mutant is applied (torch is optional).
-_TORCH_IMPL = "targets.scute.torch_impl"
+_TORCH_IMPL = "fuzzkit.targets.scute.torch_impl"
 
 
 def _float16(_original: Any) -> Any:
@@ -223,4 +223,4 @@ MUTANTS: tuple[Mutant, ...] = (
 )
 
 #: The Triton kernel's mutants, on the ``triton`` implementation.
-DEVICE_MUTANTS: list[Mutant] = device_mutants("targets.scute.kernel_mutants")
+DEVICE_MUTANTS: list[Mutant] = device_mutants("fuzzkit.targets.scute.kernel_mutants")

@@ -1,6 +1,6 @@
-"""A private copy of :mod:`targets.scute.slots` for the strategy and the size measures.
+"""A private copy of :mod:`fuzzkit.targets.scute.slots` for the strategy and the size measures.
 
-Why: the mutants patch attributes of ``targets.scute.slots`` (a DoRA norm over the wrong axis,
+Why: the mutants patch attributes of ``fuzzkit.targets.scute.slots`` (a DoRA norm over the wrong axis,
 alpha applied twice, an IA3 placement swapped...).  The strategy converts adapters to slot form
 too -- :mod:`.fit` scales a drawn case into the contract's range by looking at its slot
 parameters -- and a case drawn under a mutant must still be a legal case of the *real*
@@ -16,9 +16,9 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-from targets.scute import slots as _slots
+from fuzzkit.targets.scute import slots as _slots
 
-_NAME = "targets.scute._slots_pristine"
+_NAME = "fuzzkit.targets.scute._slots_pristine"
 
 
 def slots() -> ModuleType:

@@ -26,8 +26,8 @@ import numpy as np
 
 from fuzzkit.failure import Failure
 from fuzzkit.target import Property
-from oracles.close import smallest_normal
-from targets.scute import checks, reference, slots
+from fuzzkit.oracles.close import smallest_normal
+from fuzzkit.targets.scute import checks, reference, slots
 
 Impl = Callable[[Mapping[str, Any]], Mapping[str, Any]]
 

@@ -27,7 +27,7 @@ from typing import Optional
 import numpy as np
 
 from fuzzkit.values import LARGEST, SMALLEST_NORMAL
-from targets.scute import slots
+from fuzzkit.targets.scute import slots
 
 F32_MAX = LARGEST["float32"]
 BF16_MAX = LARGEST["bfloat16"]

@@ -1,6 +1,6 @@
 """Float64 reference for ``scute``: every adapter method in its NATIVE form, one token at a time.
 
-Nothing here uses the slot form of :mod:`targets.scute.slots`; each method is written the way
+Nothing here uses the slot form of :mod:`fuzzkit.targets.scute.slots`; each method is written the way
 PEFT (0.17+) computes its forward pass (checked by ``tests/test_scute_peft.py``):
 
 * ``identity``: the base layer ``y = W0 x + b0``.

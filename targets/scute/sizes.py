@@ -3,7 +3,7 @@ implementation runs through (``Target.thresholds``: the slot conversion of :mod:
 
 Why: a threshold names a size (``fuzzkit.reach``); this module says where each size is found in
 a case, so ``reach.crossings`` and the run reports can tell which edges the strategy reaches.
-Kernel tiles are declared by the ``triton`` implementation (:func:`targets.scute.tiles.thresholds`),
+Kernel tiles are declared by the ``triton`` implementation (:func:`fuzzkit.targets.scute.tiles.thresholds`),
 the torch implementation's own branches by :data:`TORCH_THRESHOLDS`.
 """
 
@@ -51,7 +51,7 @@ def _rank(inputs: Mapping[str, Any]) -> Iterable[int]:
 
 
 def _span(inputs: Mapping[str, Any]) -> Iterable[int]:
-    from targets.scute import pristine
+    from fuzzkit.targets.scute import pristine
 
     slots = pristine.slots()  # what the real conversion packs, whatever a mutant patched
     k = np.asarray(inputs["w0"]).shape[1]

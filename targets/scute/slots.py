@@ -25,7 +25,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from targets.scute import reference
+from fuzzkit.targets.scute import reference
 
 KIND_IDENTITY, KIND_DIAG, KIND_BLOCK, KIND_DENSE = 0, 1, 2, 3
 

@@ -28,7 +28,7 @@ triangle), ``boft_s``, IA3 ``l``, DoRA magnitudes -- comes from its domain: exac
 small integers and repeated values (ties), sparse, tiny norms, subnormals, values near the
 format's largest and at its square root, elementwise mixtures (:data:`KINDS`).  The contract has
 no NaN/Inf (``validate`` rejects them) and no value that overflows its format (:mod:`.ranges`),
-so :func:`targets.scute.fit.fit` scales the culprits by powers of two until every intermediate
+so :func:`fuzzkit.targets.scute.fit.fit` scales the culprits by powers of two until every intermediate
 fits: huge cases land at the edge, not beyond it.  Values held in the storage dtype (float32 /
 float16 / bfloat16) are rounded to it.
 
@@ -44,9 +44,9 @@ from hypothesis import reject
 from hypothesis import strategies as st
 
 from fuzzkit import reach, values
-from targets.scute import checks, pristine
-from targets.scute.checks import round_to
-from targets.scute.fit import fit
+from fuzzkit.targets.scute import checks, pristine
+from fuzzkit.targets.scute.checks import round_to
+from fuzzkit.targets.scute.fit import fit
 
 DTYPES = ("float32", "float16", "bfloat16")
 METHODS = ("identity", "lora", "dora", "vera", "oft", "boft", "ia3-kv", "ia3-ff")

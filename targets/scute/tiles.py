@@ -20,7 +20,7 @@ Edges of the Scute kernel (see :mod:`.kernels` for the program structure):
 * ``nout`` vs ``BLOCK_N``: grid axis 1 launches a second column program (epilogue vectors
   ``s``, ``b``, ``o`` and ``B`` rows loaded at an offset);
 * tokens of one slot vs ``BLOCK_M`` (decode and prefill configs separately): a slot's run of
-  tokens is cut into a second tile (:func:`targets.scute.batching.segments`);
+  tokens is cut into a second tile (:func:`fuzzkit.targets.scute.batching.segments`);
 * ``rank`` (the padded rank R) vs the smallest ``BLOCK_R``: the shrink buffer widens to the
   next power of two;
 * ``span`` (the effective block of a block-diagonal or dense transform) vs ``BLOCK_K``: a block

@@ -16,7 +16,7 @@ from typing import Any, Mapping
 import numpy as np
 import torch
 
-from targets.scute import slots as slot_form
+from fuzzkit.targets.scute import slots as slot_form
 
 TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 #: dtype of the shrink buffer x·Aᵀ (Punica keeps it in float32).

@@ -1,7 +1,7 @@
-"""Implementation "triton": the Scute kernel (:mod:`targets.scute.kernels`) -- natively on a GPU,
+"""Implementation "triton": the Scute kernel (:mod:`fuzzkit.targets.scute.kernels`) -- natively on a GPU,
 under ``TRITON_INTERPRET=1`` without one.
 
-``run(inputs)`` packs every adapter into slot form (:func:`targets.scute.slots.pack`, float64),
+``run(inputs)`` packs every adapter into slot form (:func:`fuzzkit.targets.scute.slots.pack`, float64),
 rounds ``x``, ``W0``, ``t_diag``, ``t_mat``, ``A``, ``B`` once to the storage dtype
 (``inputs["dtype"]``) and ``s``, ``b``, ``m``, ``o``, ``b0`` to float32, and launches
 ``scute_kernel`` once for the whole mixed batch (decode or prefill tiles from ``inputs["mode"]``).
@@ -31,7 +31,7 @@ def run(inputs: Mapping[str, Any]) -> dict[str, Any]:
     import torch
 
     from fuzzkit import triton_support
-    from targets.scute import kernels, slots
+    from fuzzkit.targets.scute import kernels, slots
 
     packed = slots.pack(inputs)
     dtype = kernels.TORCH_DTYPES[str(inputs.get("dtype", "float32"))]

@@ -74,7 +74,7 @@ def main() -> int:
     patch = target.mutant(args.mutant).applied() if args.mutant else contextlib.nullcontext()
     compile_fx = None
     if case.target == "compiler":
-        from targets.compiler import compile_function
+        from fuzzkit.targets.compiler import compile_function
 
         compile_fx = compile_function(impl.name)  # built-in compilers only (a fixed list)
     with patch:
@@ -93,7 +93,7 @@ def main() -> int:
 def run_compiler(compile_fx, impl, inputs):
     import torch
 
-    from targets.compiler.graphs import bound, build
+    from fuzzkit.targets.compiler.graphs import bound, build
 
     graph, dtype = inputs["graph"], inputs["dtype"]
     tdtype = getattr(torch, dtype)
@@ -112,7 +112,7 @@ def run_compiler(compile_fx, impl, inputs):
         return True
     if not isinstance(outs, (tuple, list)):
         outs = (outs,)
-    from targets.compiler import checks  # the target's own oracle decides
+    from fuzzkit.targets.compiler import checks  # the target's own oracle decides
 
     ref = build.run_reference(graph, inputs["values"])
     bounds = bound.error_bounds(graph, ref, dtype)

@@ -1,14 +1,14 @@
 """FAISS IVF-Flat and HNSW (``faiss-cpu``) as black-box ``ann`` implementations.
 
-Usable as ``--impl targets.ann.adapters.faiss_impl:ivf_flat`` / ``:hnsw`` or by the registered
+Usable as ``--impl fuzzkit.targets.ann.adapters.faiss_impl:ivf_flat`` / ``:hnsw`` or by the registered
 names ``faiss-ivf`` / ``faiss-hnsw``.  FAISS runs its own algorithm, so the outputs carry no
 OctEx structure: only ``ids`` (q, k) and ``distances`` (q, k) in the model's convention (l2:
 squared L2; ip: ``-<x, q>``; smaller is better; -1 / +inf padding) and ``black_box`` naming the
-index type, which selects the validity + recall judgement of :mod:`targets.ann.adapters.judge`.
+index type, which selects the validity + recall judgement of :mod:`fuzzkit.targets.ann.adapters.judge`.
 
 Parameters (from the case where OctEx has an equivalent, else fixed values that give high
 recall on the strategy's small inputs -- they are what the stated recall targets of
-:data:`targets.ann.adapters.judge.RECALL_TARGETS` were measured with):
+:data:`fuzzkit.targets.ann.adapters.judge.RECALL_TARGETS` were measured with):
 
 * IVF-Flat: ``nlist = clamp(distinct // 39, 1, MAX_NLIST)`` -- FAISS's guideline of at least
   39 training points per centroid, counting *distinct* vectors: k-means over many copies of
@@ -28,7 +28,7 @@ recall on the strategy's small inputs -- they are what the stated recall targets
 Determinism: one OpenMP thread (``faiss.omp_set_num_threads(1)``), the k-means seed taken from
 the case's ``seed``; HNSW draws its levels from a fixed internal seed.  A saved case replays the
 same.  Each step is a module-level function so that the planted mutants
-(:mod:`targets.ann.adapters.faiss_mutants`) patch exactly one of them.
+(:mod:`fuzzkit.targets.ann.adapters.faiss_mutants`) patch exactly one of them.
 """
 
 from __future__ import annotations

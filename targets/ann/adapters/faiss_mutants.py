@@ -1,4 +1,4 @@
-"""Planted bugs in the real FAISS usage of :mod:`targets.ann.adapters.faiss_impl`.
+"""Planted bugs in the real FAISS usage of :mod:`fuzzkit.targets.ann.adapters.faiss_impl`.
 
 Each mutant patches one step of the adapter (through :func:`fuzzkit.mutants.patch`) the way a
 real FAISS user or wrapper gets it wrong; the citation names the upstream thread the bug class
@@ -15,7 +15,7 @@ import numpy as np
 
 from fuzzkit.mutants import derived, patch
 from fuzzkit.target import Mutant
-from targets.ann.adapters import faiss_impl
+from fuzzkit.targets.ann.adapters import faiss_impl
 
 
 def _nprobe_lost(index: Any, nprobe: int) -> None:

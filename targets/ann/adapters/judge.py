@@ -9,10 +9,10 @@ approximate index is checked instead:
    promises it (:data:`COMPLETE`; no FAISS index does) exactly ``min(k, n)`` results; every
    returned distance the model's distance for that id within :func:`distance_tolerance`;
    distances non-decreasing (ties in any id order: FAISS does not order ties by id).
-2. **Recall@k** against float64 exact kNN (tie-aware, :func:`targets.ann.brute.recall`):
-   ``oracles.recall.recall`` -- Hoeffding at :data:`CONFIDENCE` -- against the stated target
+2. **Recall@k** against float64 exact kNN (tie-aware, :func:`fuzzkit.targets.ann.brute.recall`):
+   ``fuzzkit.oracles.recall.recall`` -- Hoeffding at :data:`CONFIDENCE` -- against the stated target
    :data:`RECALL_TARGETS` of the index type, on the case's own queries (oracle) and on
-   :data:`targets.ann.checks.RECALL_QUERIES` seeded in-distribution queries (property
+   :data:`fuzzkit.targets.ann.checks.RECALL_QUERIES` seeded in-distribution queries (property
    ``black-box-recall``, l2 only: under ``ip`` a near-copy need not be its own nearest), where
    the index type claims it (:func:`recall_target`: not under ``ip``, and for HNSW not on bases
    holding duplicate vectors -- both documented upstream limitations).
@@ -33,8 +33,8 @@ import numpy as np
 
 from fuzzkit.failure import Failure
 from fuzzkit.target import Property
-from oracles.recall import recall
-from targets.ann import brute, checks, reference
+from fuzzkit.oracles.recall import recall
+from fuzzkit.targets.ann import brute, checks, reference
 
 Impl = Callable[[Mapping[str, Any]], Mapping[str, Any]]
 Oracle = Callable[[Mapping[str, Any], Mapping[str, Any], Mapping[str, Any]], Failure | None]
@@ -42,7 +42,7 @@ Oracle = Callable[[Mapping[str, Any], Mapping[str, Any], Mapping[str, Any]], Fai
 #: The output key by which an implementation declares itself a black box of a named type.
 KEY = "black_box"
 #: Stated target mean recall@k per index type, with the adapter's fixed parameters
-#: (:mod:`targets.ann.adapters.faiss_impl`).  Chosen below the clean libraries' measured
+#: (:mod:`fuzzkit.targets.ann.adapters.faiss_impl`).  Chosen below the clean libraries' measured
 #: recall on the strategy's cases (0 false alarms over the 300 s campaigns), far above what
 #: the planted mutants leave.
 RECALL_TARGETS = {"faiss-ivf": 0.8, "faiss-hnsw": 0.8}
@@ -255,7 +255,7 @@ def black_box_recall(impl: Impl, inputs: Mapping[str, Any]) -> Failure | None:
     kind = _contract(impl, inputs)
     if kind is None or inputs["metric"] != "l2":
         return None
-    from targets.ann.properties import in_distribution_queries
+    from fuzzkit.targets.ann.properties import in_distribution_queries
 
     x = reference.all_vectors(inputs)
     queries = in_distribution_queries(x, checks.RECALL_QUERIES, int(inputs["seed"]),

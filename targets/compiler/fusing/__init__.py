@@ -1,5 +1,5 @@
 """An in-project fusing compiler for the compiler target's graphs (fx GraphModules over
-:mod:`targets.compiler.graphs.ops`).
+:mod:`fuzzkit.targets.compiler.graphs.ops`).
 
 :mod:`.partition` groups elementwise chains (optionally ending in a last-dim reduction),
 :mod:`.codegen` writes one Triton kernel per group, :mod:`.runtime` runs the rest eagerly.
@@ -16,7 +16,7 @@ triton_support.prepare()
 
 
 def compile_fx(gm: Any, example_inputs: Sequence[Any]) -> Any:
-    from targets.compiler.fusing import runtime
+    from fuzzkit.targets.compiler.fusing import runtime
 
     return runtime.compile_fx(gm, example_inputs)
 

@@ -9,7 +9,7 @@ tensors it reads), optionally ending in one last-dim reduction.  The generated k
   computed on the host at launch time: a broadcast dimension has stride 0 and a permuted
   (non-contiguous) leaf keeps its real strides, so neither needs a copy;
 * evaluates the expression tree in float32 registers (one temp per node, its expression the
-  op's template from its record in :mod:`targets.compiler.graphs.ops`);
+  op's template from its record in :mod:`fuzzkit.targets.compiler.graphs.ops`);
 * stores float32 (the host rounds to the case dtype with torch, which rounds to nearest even --
   the Triton interpreter truncates float32 -> bfloat16 casts);
 * for a reduction group: a tile of ``ROWS`` rows x ``BLOCK = next_pow2(n)`` columns per program,
@@ -21,7 +21,7 @@ elements and reduction tiles up to 4096 cells: most groups are one program.
 
 This module holds only the kernel assembly, none of the ops' own text: an op's lowering is its
 record's, looked up as ``ops.OPS[op]`` each time an expression is written.  The assembly lines are
-module constants on purpose: :mod:`targets.compiler.mutants` makes each miscompile by replacing
+module constants on purpose: :mod:`fuzzkit.targets.compiler.mutants` makes each miscompile by replacing
 exactly one line of a file (:func:`fuzzkit.mutants.source_edit`) -- of this one for the assembly,
 swapping :func:`compile_group` (looked up by the runtime at call time), or of the records' file
 for an op's template, swapping ``ops.OPS`` (looked up here at call time).
@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 from fuzzkit import triton_support
-from targets.compiler.graphs import ops
+from fuzzkit.targets.compiler.graphs import ops
 
 triton_support.prepare()
 

@@ -8,7 +8,7 @@ inputs are allowed (the leaves are loaded at broadcast strides).  A reduction ov
 dimension (sum/mean/amax/amin) closes a group: it joins its producer's open group under the same
 rule, or starts a group of its own.  Everything else -- matmul, softmax, layout ops, other
 reductions, unsupported attrs -- runs eagerly.  Which ops may fuse, and how, is each op's record
-(``fusing`` and its template in :mod:`targets.compiler.graphs.ops`), looked up by op name through
+(``fusing`` and its template in :mod:`fuzzkit.targets.compiler.graphs.ops`), looked up by op name through
 ``ops.OPS`` at call time like codegen does, so both see the records a mutant puts in force.
 """
 
@@ -19,8 +19,8 @@ from typing import Any, Optional
 
 import torch.fx
 
-from targets.compiler.fusing import codegen
-from targets.compiler.graphs import ops
+from fuzzkit.targets.compiler.fusing import codegen
+from fuzzkit.targets.compiler.graphs import ops
 
 
 def op_name(node: torch.fx.Node) -> str:

@@ -11,7 +11,7 @@ import torch
 import torch.fx
 from torch.fx.passes.shape_prop import ShapeProp
 
-from targets.compiler.fusing import codegen, partition
+from fuzzkit.targets.compiler.fusing import codegen, partition
 
 
 class FusedProgram:
@@ -67,9 +67,9 @@ class FusedProgram:
 
 def compile_fx(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.Tensor]
                ) -> FusedProgram:
-    """Compile ``gm`` (call_function targets from :mod:`targets.compiler.graphs.ops`) for inputs
+    """Compile ``gm`` (call_function targets from :mod:`fuzzkit.targets.compiler.graphs.ops`) for inputs
     shaped like ``example_inputs``; one call = one compile (counted)."""
-    from targets.compiler import count_compile
+    from fuzzkit.targets.compiler import count_compile
 
     count_compile()
     return FusedProgram(gm, list(example_inputs))

@@ -11,7 +11,7 @@ A graph may come from a file written by someone else, and its names and attribut
 the Python source torch.fx generates: :func:`validate_graph` (which :func:`to_graph_module` runs
 first) accepts only plain identifiers as names (:data:`NAME_PATTERN`, no keywords, no dunder
 prefix), exactly the record keys above, and per node exactly the attributes its op declares
-(:class:`targets.compiler.graphs.ops.Attr`), with shapes that follow the op's concrete shape rule.
+(:class:`fuzzkit.targets.compiler.graphs.ops.Attr`), with shapes that follow the op's concrete shape rule.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ NAME_KEY = "fuzzkit_name"
 
 def to_graph_module(graph: dict) -> torch.fx.GraphModule:
     """Build an fx GraphModule: one placeholder per input (in order), one ``call_function`` per node
-    (target = ``targets.compiler.graphs.ops.<op>``, attrs as kwargs), ``forward`` returns a tuple
+    (target = ``fuzzkit.targets.compiler.graphs.ops.<op>``, attrs as kwargs), ``forward`` returns a tuple
     of outputs.
     A graph :func:`validate_graph` refuses raises ValueError (nothing of it reaches fx)."""
     problem = validate_graph(graph)

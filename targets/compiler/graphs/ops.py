@@ -4,7 +4,7 @@ An op's whole contract lives in its record, so adding or changing an op is one e
 :data:`OPS` and nothing else dispatches on op names:
 
 * ``torch_fn`` -- a module-level function of this module (stable import path
-  ``targets.compiler.graphs.ops.<name>`` for fx graphs, repros and ``fx_minifier``); attrs are
+  ``fuzzkit.targets.compiler.graphs.ops.<name>`` for fx graphs, repros and ``fx_minifier``); attrs are
   its kwargs.  The float64 reference and eager runs call it.
 * **shape rules** -- ``shape_rule(in_shapes, attrs) -> (constraints, out_shape)``, NNSmith style:
   ``in_shapes`` are lists of z3 integer expressions (symbolic dims), the rule returns the z3
@@ -17,7 +17,7 @@ An op's whole contract lives in its record, so adding or changing an op is one e
   only depend on ranks (None: the op does not apply to operands of these ranks); ``finalize``
   fills the attributes that need concrete dims once shapes are solved (reshape's and expand's
   ``shape``, index_select's ``index``).  Attributes and ``infer`` are what a graph from a file may
-  say: :func:`targets.compiler.graphs.build.graph_shapes` checks every node against them without
+  say: :func:`fuzzkit.targets.compiler.graphs.build.graph_shapes` checks every node against them without
   allocating anything (validation, resource limits).
 * **input domain** -- ``domain``: ``"positive"`` (log, sqrt, rsqrt, fractional pow) or
   ``"nonzero"`` (reciprocal, div's denominator) for the argument positions ``domain_args(attrs)``;
@@ -27,7 +27,7 @@ An op's whole contract lives in its record, so adding or changing an op is one e
   output elements read which input elements) and ``partial`` (how large partial results get):
   :mod:`.error_rules`, applied by :mod:`.bound`; ``selects`` (the result is one of the operands:
   exact stays exact) and ``copies`` (layout: bit copies, nothing rounded) refine the model.
-* **fusing** -- how the in-project fusing compiler (:mod:`targets.compiler.fusing`) lowers the
+* **fusing** -- how the in-project fusing compiler (:mod:`fuzzkit.targets.compiler.fusing`) lowers the
   op, and the Triton text it lowers it to: ``"elementwise"`` (one float32 expression in a
   generated kernel: ``template``, whose ``{a}``..``{d}`` are the operand temps and any other field
   an attr's literal; or, for an expression put together from the attrs, ``builder`` over the
@@ -61,9 +61,9 @@ import torch
 import z3
 
 # absolute imports: a miscompile mutant imports a private copy of this file, outside the package
-from targets.compiler.graphs import error_rules as er
-from targets.compiler.graphs import intervals as iv
-from targets.compiler.graphs.common import LAYER_NORM_EPS, MAX_RANK, reduced_dims
+from fuzzkit.targets.compiler.graphs import error_rules as er
+from fuzzkit.targets.compiler.graphs import intervals as iv
+from fuzzkit.targets.compiler.graphs.common import LAYER_NORM_EPS, MAX_RANK, reduced_dims
 
 __all__ = [
     "OpSpec",
@@ -1096,7 +1096,7 @@ def _finalize_index(
 
 #: the stable import path of the torch functions (fx graphs, repros and ``fx_minifier`` name
 #: them by it)
-_HOME = "targets.compiler.graphs.ops"
+_HOME = "fuzzkit.targets.compiler.graphs.ops"
 
 
 def _torch_fn(name: str) -> Callable[..., torch.Tensor]:

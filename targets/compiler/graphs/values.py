@@ -12,7 +12,7 @@ Two contracts, one per case:
 * **special** (:func:`special_domain`): the whole dtype range with NaN and ``+-Inf`` (the
   validator accepts any floating value): huge finite values overflow in float32 or the dtype,
   and the oracle leaves exactly the elements that may overflow unjudged
-  (:func:`targets.compiler.graphs.bound.error_bounds`).
+  (:func:`fuzzkit.targets.compiler.graphs.bound.error_bounds`).
 
 Shares (per case, :func:`value_plan`; ``tests/test_graphs.py`` measures them):
 

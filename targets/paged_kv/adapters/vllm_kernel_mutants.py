@@ -17,7 +17,7 @@ from typing import Any
 from fuzzkit.mutants import LineEdit, Patch, derived, patch, source_variant
 from fuzzkit.target import Mutant
 
-_ADAPTER = "targets.paged_kv.adapters.vllm_kernels"
+_ADAPTER = "fuzzkit.targets.paged_kv.adapters.vllm_kernels"
 IMPLEMENTATION = "vllm-triton"
 
 
@@ -26,7 +26,7 @@ def _edited(module: str, attribute: str, *lines: LineEdit) -> Patch:
     adapter) by the same attribute of the wheel module's source with ``lines`` applied."""
 
     def build(original: Any) -> Any:
-        from targets.paged_kv.adapters import vllm_kernels
+        from fuzzkit.targets.paged_kv.adapters import vllm_kernels
 
         owner = getattr(vllm_kernels, module)
         with vllm_kernels.engine_imports():

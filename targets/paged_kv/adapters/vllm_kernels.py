@@ -1,8 +1,8 @@
 """vLLM's own Triton KV kernels in the ``paged_kv`` target: ``--impl vllm-triton``.
 
-What runs.  The guarded driver (:mod:`targets.paged_kv.kernel_driver`) with fuzzkit's optimized
+What runs.  The guarded driver (:mod:`fuzzkit.targets.paged_kv.kernel_driver`) with fuzzkit's optimized
 manager under KVGuard, but every forward pass launches the real kernels of the pinned vLLM
-(:data:`targets.engine_pins.VLLM`) through their real launch wrappers, as vLLM's
+(:data:`fuzzkit.targets.engine_pins.VLLM`) through their real launch wrappers, as vLLM's
 ``TritonAttentionImpl`` calls them:
 
 * ``vllm/v1/attention/ops/triton_reshape_and_cache_flash.py`` ``triton_reshape_and_cache_flash``
@@ -81,8 +81,8 @@ import numpy as np
 
 from fuzzkit import triton_support
 from fuzzkit.reach import Threshold
-from targets import vllm_shims
-from targets.paged_kv.kernel_driver import (
+from fuzzkit.targets import vllm_shims
+from fuzzkit.targets.paged_kv.kernel_driver import (
     HEAD_DIM,
     HEADS,
     KV_HEADS,
@@ -163,7 +163,7 @@ _LOADED: dict[str, types.ModuleType] = {}
 
 def _root() -> Any:
     from fuzzkit import wheelsrc
-    from targets.engine_pins import VLLM
+    from fuzzkit.targets.engine_pins import VLLM
 
     return wheelsrc.extract(VLLM, MEMBERS)
 
@@ -195,7 +195,7 @@ def modules() -> tuple[types.ModuleType, types.ModuleType]:
 
 def __getattr__(name: str) -> Any:
     """``attention_ops`` / ``write_ops``: the loaded vLLM modules, for mutant patches to name
-    (``"targets.paged_kv.adapters.vllm_kernels:attention_ops"``) without importing vLLM
+    (``"fuzzkit.targets.paged_kv.adapters.vllm_kernels:attention_ops"``) without importing vLLM
     before a mutant is applied."""
     if name == "attention_ops":
         return modules()[0]
@@ -207,7 +207,7 @@ def __getattr__(name: str) -> Any:
 def unavailable() -> str | None:
     """One line saying why vLLM's kernels cannot run here (no Triton, no wheel), or None."""
     from fuzzkit import wheelsrc
-    from targets.engine_pins import VLLM
+    from fuzzkit.targets.engine_pins import VLLM
 
     return triton_support.unavailable() or wheelsrc.unavailable(VLLM, "vllm", modules)
 
@@ -466,7 +466,7 @@ def _bits(tensor: Any) -> Any:
 
 def run(inputs: dict[str, Any]) -> dict[str, Any]:
     """``vllm-triton``: the optimized manager under KVGuard, forward passes through vLLM."""
-    from targets.paged_kv.driver import run_program
-    from targets.paged_kv.optimized import OptimizedManager
+    from fuzzkit.targets.paged_kv.driver import run_program
+    from fuzzkit.targets.paged_kv.optimized import OptimizedManager
 
     return run_program(OptimizedManager, inputs, guarded=True, kernel_driver=VllmKernelDriver)

@@ -1,9 +1,9 @@
 """vLLM 0.33's real v1 ``KVCacheManager`` behind fuzzkit's KV cache manager protocol.
 
 Usable as ``fuzzkit run paged_kv --impl vllm`` (registered on the target) or ``--impl
-targets.paged_kv.adapters.vllm_manager:VLLMManager``, and under KVGuard as ``--impl
+fuzzkit.targets.paged_kv.adapters.vllm_manager:VLLMManager``, and under KVGuard as ``--impl
 'vllm[guarded]'`` (or ``--guarded``).  What runs is vLLM's own code, imported from the pinned
-wheel (:data:`targets.engine_pins.VLLM`) by :mod:`fuzzkit.wheelsrc` -- or from an installed vLLM
+wheel (:data:`fuzzkit.targets.engine_pins.VLLM`) by :mod:`fuzzkit.wheelsrc` -- or from an installed vLLM
 when there is one: ``KVCacheManager`` (``vllm/v1/core/kv_cache_manager.py``), the
 ``UnitaryKVCacheCoordinator``, ``FullAttentionManager`` / ``SlidingWindowManager``, ``BlockPool``
 with its ``FreeKVCacheBlockQueue`` and ``BlockHashToBlockMap``, the block hasher and extra-key
@@ -106,9 +106,9 @@ from collections.abc import Sequence as SequenceABC
 from typing import Any, Callable, Iterable, Optional, Sequence
 
 from fuzzkit import wheelsrc
-from targets import vllm_shims
-from targets.engine_pins import VLLM
-from targets.paged_kv.protocol import Allocation, Config
+from fuzzkit.targets import vllm_shims
+from fuzzkit.targets.engine_pins import VLLM
+from fuzzkit.targets.paged_kv.protocol import Allocation, Config
 
 #: Source files of the wheel the adapter imports (vLLM's KV cache manager and what it imports).
 MEMBERS = (
@@ -293,8 +293,8 @@ def unavailable() -> Optional[str]:
 
 def implementation(name: str = "vllm", **options: Any) -> Any:
     """The registered ``vllm`` implementation of ``paged_kv`` (``options``: see
-    :func:`targets.paged_kv.manager_implementation`; ``vllm[guarded]`` runs under KVGuard)."""
-    from targets.paged_kv import manager_implementation
+    :func:`fuzzkit.targets.paged_kv.manager_implementation`; ``vllm[guarded]`` runs under KVGuard)."""
+    from fuzzkit.targets.paged_kv import manager_implementation
 
     impl = manager_implementation(
         VLLMManager, name, "external",
@@ -302,7 +302,7 @@ def implementation(name: str = "vllm", **options: Any) -> Any:
     guard_unavailable = impl.unavailable
     return dataclasses.replace(
         impl, unavailable=lambda: unavailable() or guard_unavailable(),
-        sources=("targets.paged_kv.adapters.vllm_manager",), options=implementation)
+        sources=("fuzzkit.targets.paged_kv.adapters.vllm_manager",), options=implementation)
 
 
 # ============================================================================ the adapter
@@ -342,7 +342,7 @@ def _hash_int(block_hash: Optional[bytes]) -> Optional[int]:
 
 def _capabilities() -> Any:
     """The protocol variants vLLM implements (``Capabilities`` in the protocol, when present)."""
-    from targets.paged_kv import protocol
+    from fuzzkit.targets.paged_kv import protocol
 
     declared = dict(eviction_policies=("lru",), fork=False, windows=("eager",),
                     hashing=("allocate", "publish"), extra_keys=("adapter", "salt"), reset=True)
@@ -555,7 +555,7 @@ class VLLMManager:
 
 
 class BlockPoolEvents:
-    """KVGuard's events (see "KVGuard events" in :mod:`targets.paged_kv.protocol`), emitted by
+    """KVGuard's events (see "KVGuard events" in :mod:`fuzzkit.targets.paged_kv.protocol`), emitted by
     wrappers around one vLLM ``BlockPool``'s methods -- vLLM's logic is not changed.
 
     Each wrapper is an attribute of the pool *instance*, so vLLM's own calls through ``self``

@@ -4,7 +4,7 @@ Each mutant monkeypatches one method or helper of the pinned vLLM (``BlockPool``
 ``SingleTypeKVCacheManager``, ``SlidingWindowManager``, ``KVCacheManager``, ``kv_cache_utils``)
 the way an upstream bug had it, for the duration of the mutant (:func:`fuzzkit.mutants.patch`);
 the adapter and fuzzkit's oracles are untouched.  The owners are named lazily
-(``"targets.paged_kv.adapters.vllm_mutants:BlockPool"``, resolved by this module's
+(``"fuzzkit.targets.paged_kv.adapters.vllm_mutants:BlockPool"``, resolved by this module's
 ``__getattr__``) so that declaring the mutants loads no vLLM code: it is imported when a mutant
 is applied.  Citations name the upstream issue or pull request the bug class comes from.
 ``tests/test_paged_kv_vllm.py`` shows each one caught on a minimal program;
@@ -34,7 +34,7 @@ def __getattr__(name: str) -> Any:
     """The vLLM class or module a mutant patches, loaded on first use (PEP 562)."""
     if name not in OWNERS:
         raise AttributeError(name)
-    from targets.paged_kv.adapters.vllm_manager import modules
+    from fuzzkit.targets.paged_kv.adapters.vllm_manager import modules
 
     module, attr = OWNERS[name]
     found = getattr(modules(), module)

@@ -3,7 +3,7 @@
 The driver plays SGLang's scheduler over the real tree (``sglang/srt/mem_cache/radix_cache.py``
 of the pinned wheel, loaded by :mod:`.sglang_load`; the shims are listed there) and the real
 allocator (``TokenToKVPoolAllocator`` for page size 1, ``PagedTokenToKVPoolAllocator`` above it,
-its pure-torch ``alloc_extend_naive`` path), step by step as :mod:`targets.prefix_cache.program`
+its pure-torch ``alloc_extend_naive`` path), step by step as :mod:`fuzzkit.targets.prefix_cache.program`
 spells out: ``match_prefix`` + ``lock`` + ``evict`` + ``alloc`` / ``alloc_extend`` at admission,
 ``RadixCache.checkpoint`` for caching, ``free_segments`` + ``unlock`` at release.
 
@@ -38,8 +38,8 @@ import sys
 from array import array
 from typing import Any, Iterator
 
-from targets.prefix_cache import program as prog
-from targets.prefix_cache.adapters import sglang_load
+from fuzzkit.targets.prefix_cache import program as prog
+from fuzzkit.targets.prefix_cache.adapters import sglang_load
 
 unavailable = sglang_load.unavailable
 

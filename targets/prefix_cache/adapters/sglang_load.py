@@ -1,6 +1,6 @@
 """Load SGLang's real radix cache and KV-slot allocators from the pinned wheel, on a CPU.
 
-What is real (imported from ``sglang==0.5.23``, :data:`targets.engine_pins.SGLANG`, under the
+What is real (imported from ``sglang==0.5.23``, :data:`fuzzkit.targets.engine_pins.SGLANG`, under the
 engine's own module names): ``mem_cache/radix_cache.py`` (RadixKey, TreeNode, RadixCache),
 ``base_prefix_cache.py`` (params/results, lock/unlock), ``cache_init_params.py``,
 ``evict_policy.py``, ``utils.py`` (the eviction-strategy factory, node hash splitting),
@@ -43,7 +43,7 @@ import types
 from typing import Any
 
 from fuzzkit import wheelsrc
-from targets.engine_pins import SGLANG
+from fuzzkit.targets.engine_pins import SGLANG
 
 MEM = "sglang/srt/mem_cache/"
 MEMBERS = tuple(MEM + name for name in (
@@ -192,7 +192,7 @@ def modules() -> types.SimpleNamespace:
 
 def __getattr__(name: str) -> Any:
     """``radix`` / ``base`` / ``alloc``: the real modules, loaded on first use -- so a mutant can
-    name ``"targets.prefix_cache.adapters.sglang_load:radix"`` as its owner without importing
+    name ``"fuzzkit.targets.prefix_cache.adapters.sglang_load:radix"`` as its owner without importing
     torch or the wheel until it is applied."""
     if name in ("radix", "base", "alloc"):
         return getattr(modules(), name)

@@ -16,8 +16,8 @@ from __future__ import annotations
 from fuzzkit.mutants import source_edit
 from fuzzkit.target import Mutant
 
-RADIX = "targets.prefix_cache.adapters.sglang_load:radix"
-PAGED = "targets.prefix_cache.adapters.sglang_load:alloc.paged"
+RADIX = "fuzzkit.targets.prefix_cache.adapters.sglang_load:radix"
+PAGED = "fuzzkit.targets.prefix_cache.adapters.sglang_load:alloc.paged"
 
 
 def _edit(old: str, new: str) -> object:

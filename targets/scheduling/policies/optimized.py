@@ -28,7 +28,7 @@ NEVER = math.inf
 
 #: Lazy indexes (the age deque, the lazy heaps) are rebuilt from their live entries once they hold
 #: more than ``2 * live + COMPACT_SLACK`` entries: the slack keeps small queues from rebuilding on
-#: every dispatch.  A size where the code changes path (:mod:`targets.scheduling.thresholds`).
+#: every dispatch.  A size where the code changes path (:mod:`fuzzkit.targets.scheduling.thresholds`).
 COMPACT_SLACK = 32
 #: Leaves a :class:`KineticTournament` starts with; the next insert doubles the tree (``_grow``).
 TOURNAMENT_LEAVES = 8

@@ -1,7 +1,7 @@
 """The ``peft`` implementation of ``scute``: Hugging Face PEFT's own layers, one adapter at a time.
 
 Usable as ``--impl peft`` (registered on the target) or ``--impl
-targets.scute.adapters.peft_impl:run``.  The point is to judge PEFT itself with the scute oracle,
+fuzzkit.targets.scute.adapters.peft_impl:run``.  The point is to judge PEFT itself with the scute oracle,
 so nothing of the slot form is used: every slot's adapter dict becomes a ``torch.nn.Linear``
 wrapped by ``peft.get_peft_model`` with the matching config (:func:`build`), its weights copied
 in, ``eval()``; the tokens of that slot run through it as one (unbatched across adapters) forward
@@ -9,7 +9,7 @@ pass; slot -1 tokens run through the bare base ``Linear``.
 
 Precision.  PEFT computes in the dtype of the module it wraps.  The scute contract is "x, W0, T,
 A, B in the storage dtype, float32 accumulation, the result rounded to the storage dtype once",
-and :func:`targets.scute.checks.validate` guarantees that every stored value of a case is
+and :func:`fuzzkit.targets.scute.checks.validate` guarantees that every stored value of a case is
 exactly representable in its storage dtype.  So the layers run in float32 on those values --
 which *is* storage-dtype operands with float32 arithmetic, the precision the case asks for -- and
 the output is rounded to the storage dtype at the end.  Running the modules in float16/bfloat16
@@ -57,7 +57,7 @@ def unavailable() -> str | None:
 
 def _room(k: int, r: int = 1) -> float:
     """``n`` of the oracle's ``γ_n`` term for a layer of K inputs and rank r (``2K + r + 8``,
-    :func:`targets.scute.checks.error_bound`; r <= the case's padded rank, so this is the
+    :func:`fuzzkit.targets.scute.checks.error_bound`; r <= the case's padded rank, so this is the
     smaller, stricter value)."""
     return float(2 * k + r + 8)
 
@@ -80,7 +80,7 @@ def _dora_gap(ad: Mapping[str, Any], inputs: Mapping[str, Any], x: np.ndarray) -
     float32 norm of ``W'`` (the slot form: float64), whose relative error grows with the
     cancellation ``‖|W0| + |scale·B·A|‖ / ‖W'‖``.  Admitted: every token and output where these
     extra errors are at most half the bound's float32 term."""
-    from targets.scute.reference import lora_scale
+    from fuzzkit.targets.scute.reference import lora_scale
 
     a, b = np.asarray(ad["A"], np.float64), np.asarray(ad["B"], np.float64)
     if float((np.abs(b) @ np.abs(a)).max()) > DORA_SQUARES[1]:
@@ -191,7 +191,7 @@ def _rotations_in_range(case: dict[str, Any]) -> dict[str, Any]:
     """The case with each OFT/BOFT ``Q`` scaled by a power of two (exact, keeps it skew) into
     PEFT's float32 rotation range ``‖Q_i‖_∞ <= Q_NORM`` -- so that rotations at the edge of that
     range are drawn often instead of turned away; kept only if the case stays valid."""
-    from targets.scute import checks
+    from fuzzkit.targets.scute import checks
 
     out = dict(case, adapters=[dict(ad) for ad in case["adapters"]])
     changed = False
@@ -211,7 +211,7 @@ def cases(thresholds: tuple = ()) -> Any:
     range (:func:`_rotations_in_range`), the rest of what it cannot express turned away --
     counted by :func:`fuzzkit.target.count_unsupported`, and by Hypothesis as invalid, never as
     run."""
-    from targets.scute import strategies
+    from fuzzkit.targets.scute import strategies
 
     return strategies.inputs(thresholds).map(_rotations_in_range).filter(_admit)
 

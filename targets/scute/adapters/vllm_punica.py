@@ -1,7 +1,7 @@
 """The ``vllm-punica`` implementation of ``scute``: vLLM's own multi-LoRA Punica Triton kernels.
 
 What runs.  The LoRA path of every token goes through the real ``lora_shrink`` and
-``lora_expand`` of the pinned vLLM (:data:`targets.engine_pins.VLLM`,
+``lora_expand`` of the pinned vLLM (:data:`fuzzkit.targets.engine_pins.VLLM`,
 ``vllm/lora/ops/triton_ops/{lora_shrink_op,lora_expand_op,kernel_utils,utils,
 lora_kernel_metadata}.py``), with the batch metadata of vLLM's own ``LoRAKernelMeta``
 (``prepare_tensors`` on the token -> slot mapping, ``-1`` = no LoRA; ``meta_args`` with
@@ -100,7 +100,7 @@ import numpy as np
 
 from fuzzkit import triton_support
 from fuzzkit.target import Unsupported, count_unsupported
-from targets import vllm_shims
+from fuzzkit.targets import vllm_shims
 
 OPS = "vllm.lora.ops.triton_ops"
 SHRINK = f"{OPS}.lora_shrink_op"
@@ -172,7 +172,7 @@ def engine_imports() -> Iterator[None]:
     """While active, vLLM's Punica modules (and a mutant's edited copy of one) import with the
     shims; on exit the scoped names give way to what ``sys.modules`` held before."""
     from fuzzkit import wheelsrc
-    from targets.engine_pins import VLLM
+    from fuzzkit.targets.engine_pins import VLLM
 
     if wheelsrc.installed("vllm"):  # pragma: no cover - a machine with vLLM installed
         yield
@@ -217,7 +217,7 @@ def unavailable() -> str | None:
     """One line saying why vLLM's Punica kernels cannot run here (no Triton, no wheel), or
     None."""
     from fuzzkit import wheelsrc
-    from targets.engine_pins import VLLM
+    from fuzzkit.targets.engine_pins import VLLM
 
     return triton_support.unavailable() or wheelsrc.unavailable(VLLM, "vllm", modules)
 
@@ -283,7 +283,7 @@ def thresholds() -> tuple[Any, ...]:
 
 
 def _scale(adapter: Mapping[str, Any]) -> float:
-    from targets.scute.reference import lora_scale
+    from fuzzkit.targets.scute.reference import lora_scale
 
     return float(lora_scale(adapter))
 
@@ -312,7 +312,7 @@ def precision_gap(inputs: Mapping[str, Any]) -> str | None:
     rounded).  Admitted when that is at most ``0.75·u_s·|y_j|``, the output rounding this
     implementation leaves unspent (the float32 arithmetic stays within the bound's ``γ_n``
     term), and every rounded value is inside half the weight dtype's range."""
-    from targets.scute import checks, ranges
+    from fuzzkit.targets.scute import checks, ranges
 
     dtype = str(inputs["dtype"])
     u = checks.U_STORE[dtype]
@@ -355,8 +355,8 @@ SKIPPED: collections.Counter[str] = collections.Counter()
 def _to_half(case: dict[str, Any]) -> dict[str, Any] | None:
     """The case in float16: every storage array scaled by a power of two into float16's range
     (exact), rounded to it, then re-fitted; None when that leaves the contract."""
-    from targets.scute import checks, pristine
-    from targets.scute.fit import fit
+    from fuzzkit.targets.scute import checks, pristine
+    from fuzzkit.targets.scute.fit import fit
 
     def half(a: Any) -> np.ndarray:
         v = np.asarray(a, np.float64)
@@ -380,8 +380,8 @@ def _redrawn(draw: Any, case: dict[str, Any], thresholds: tuple) -> dict[str, An
     scute strategy's own adapter drawing (counted per method), re-fitted."""
     from hypothesis import strategies as st
 
-    from targets.scute import checks, pristine, strategies
-    from targets.scute.fit import fit
+    from fuzzkit.targets.scute import checks, pristine, strategies
+    from fuzzkit.targets.scute.fit import fit
 
     out = dict(case, adapters=[dict(ad) for ad in case["adapters"]])
     others = [i for i, ad in enumerate(out["adapters"]) if ad["method"] not in ("lora", "identity")]
@@ -430,7 +430,7 @@ def _in_precision_range(case: dict[str, Any]) -> dict[str, Any]:
 def _punica_cases(thresholds: tuple) -> Any:
     from hypothesis import strategies as st
 
-    from targets.scute import strategies
+    from fuzzkit.targets.scute import strategies
 
     @st.composite
     def draw_case(draw: Any) -> dict[str, Any] | None:
@@ -480,7 +480,7 @@ def _folded(adapter: Mapping[str, Any], dtype: str) -> bool:
     1`` -- a smaller scale folded into B would leave the shrink buffer unscaled, and its cast to
     ``dtype`` could overflow where the scaled one does not (a zero-initialised B folds exactly
     at any scale)."""
-    from targets.scute import checks, ranges
+    from fuzzkit.targets.scute import checks, ranges
 
     scale = _scale(adapter)
     folded = scale * np.asarray(adapter["B"], np.float64)

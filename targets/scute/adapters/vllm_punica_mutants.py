@@ -24,7 +24,7 @@ from typing import Any, Callable
 from fuzzkit.mutants import derived, patch, source_variant
 from fuzzkit.target import Mutant
 
-_ADAPTER = "targets.scute.adapters.vllm_punica"
+_ADAPTER = "fuzzkit.targets.scute.adapters.vllm_punica"
 _META = f"{_ADAPTER}:meta_module.LoRAKernelMeta"
 
 
@@ -34,7 +34,7 @@ def _edited(module_attr: str, attribute: str, *lines: tuple[str, str]) -> Callab
     ``lines`` applied, imported under the adapter's shims."""
 
     def build(original: Any) -> Any:
-        from targets.scute.adapters import vllm_punica
+        from fuzzkit.targets.scute.adapters import vllm_punica
 
         module = getattr(vllm_punica, module_attr)
         with vllm_punica.engine_imports():
