@@ -18,10 +18,10 @@ on one), and the coverage over time (sampled every few seconds while the pair fu
 from __future__ import annotations
 
 import dataclasses
-import importlib.machinery
 import json
 import os
 import re
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -38,13 +38,25 @@ def module_file(name: str) -> str | None:
     path: list[str] | None = None
     spec = None
     for i in range(len(parts)):
-        spec = importlib.machinery.PathFinder.find_spec(".".join(parts[: i + 1]), path)
+        spec = _find_spec(".".join(parts[: i + 1]), path)
         if spec is None:
             return None
         path = list(spec.submodule_search_locations or [])
     if spec is None or spec.origin is None or not spec.origin.endswith(".py"):
         return None
     return os.path.abspath(spec.origin)
+
+
+def _find_spec(name: str, path: list[str] | None) -> Any:
+    """The spec of ``name`` from the first meta-path finder that knows it, imported by none:
+    not only the file-system ``PathFinder``, because ``fuzzkit.targets`` is a folder mapped
+    into the package (setup.py's package_dir), found by the install's own finder."""
+    for finder in sys.meta_path:
+        find_spec = getattr(finder, "find_spec", None)
+        spec = find_spec(name, path) if find_spec is not None else None
+        if spec is not None:
+            return spec
+    return None
 
 
 def module_files(names: Iterable[str]) -> list[str]:

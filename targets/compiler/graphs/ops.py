@@ -63,7 +63,7 @@ import z3
 # absolute imports: a miscompile mutant imports a private copy of this file, outside the package
 from fuzzkit.targets.compiler.graphs import error_rules as er
 from fuzzkit.targets.compiler.graphs import intervals as iv
-from fuzzkit.targets.compiler.graphs.common import LAYER_NORM_EPS, MAX_RANK, reduced_dims
+from fuzzkit.targets.compiler.graphs.common import LAYER_NORM_EPS, MAX_RANK, Z3_STATE, reduced_dims
 
 __all__ = [
     "OpSpec",
@@ -136,7 +136,7 @@ def as_chooser(x: Any) -> Chooser:
     raise TypeError(f"cannot make a chooser from {type(x).__name__}")
 
 
-_Z3_STATE: dict[str, Any] = {"ctx": None, "counter": 0}
+_Z3_STATE = Z3_STATE  # shared with the copies mutants import (see common.Z3_STATE)
 
 
 def reset_z3(ctx: z3.Context | None = None) -> None:
