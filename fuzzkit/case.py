@@ -21,8 +21,8 @@ import hashlib
 import json
 import math
 import os
+import secrets
 import stat
-import tempfile
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -158,11 +158,19 @@ def canonical_json(value: Any) -> str:
 
 def atomic_write_text(path: Path, text: str) -> None:
     """Temp file in the same directory + fsync + rename: readers never see half a file."""
+    atomic_write_bytes(path, text.encode("ascii"))
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """The one atomic write of fuzzkit (case files, reports, plots): a temp file in the same
+    directory, fsync, rename.  The file gets the mode any ordinary write would (0666 less the
+    umask), not mkstemp's 0600: reports and corpus files are shared with colleagues and CI."""
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = _create_temp_beside(path)
     try:
-        with os.fdopen(fd, "w", encoding="ascii") as handle:
-            handle.write(text)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
@@ -170,6 +178,18 @@ def atomic_write_text(path: Path, text: str) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def _create_temp_beside(path: Path) -> tuple[int, str]:
+    """A new, exclusive temp file next to ``path``, opened for writing with mode 0666 so the
+    kernel applies the umask (reading the umask would mean changing it, racing other threads)."""
+    for _ in range(100):
+        tmp = str(path.parent / f".{path.name}.{secrets.token_hex(6)}.tmp")
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"{path.parent}: no free temporary file name for {path.name}")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -39,8 +39,20 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("list", help="targets with their implementations and mutants")
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
+    p = sub.add_parser(
+        "describe",
+        help="one target: input/output schema, config keys, implementations, mutants, "
+        "properties, limits",
+    )
+    p.add_argument("target", metavar="TARGET")
+    shown = p.add_mutually_exclusive_group()
+    shown.add_argument("--json", action="store_true", help="machine-readable output")
+    shown.add_argument(
+        "--markdown", action="store_true", help="the schema as Markdown (the README's blocks)"
+    )
+
     p = sub.add_parser("run", help="fuzz targets, save minimized findings, write a report")
-    p.add_argument("targets", nargs="*", metavar="TARGET")
+    p.add_argument("targets", nargs="*", metavar="TARGET", help="target names (`fuzzkit list`)")
     p.add_argument("--all", action="store_true", help="every registered target")
     p.add_argument("--impl", help="implementation name, or module:attr for an outside one")
     p.add_argument(
@@ -64,7 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="total seconds of fuzzing, split over targets x implementations "
         "(default 60; a run ends within it plus about one case time limit)",
     )
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="seed of the search (default 0)")
     p.add_argument(
         "--profile",
         choices=("ci", "campaign"),
@@ -72,13 +84,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="campaign (default; or $HYPOTHESIS_PROFILE when it names one of these) keeps "
         "failing examples in CORPUS/.hypothesis and replays them first; ci keeps none",
     )
-    p.add_argument("--report-dir", type=Path, default=Path("reports"))
+    p.add_argument(
+        "--report-dir",
+        type=Path,
+        default=Path("reports"),
+        help="where the run's <run-id>/ report directory goes (default ./reports)",
+    )
     p.add_argument("--corpus", type=Path, default=None, help="corpus root (default ./corpus)")
     p.add_argument(
         "--case-timeout",
         type=_positive_float,
         default=60.0,
-        help="seconds one case may take before it counts as a timeout",
+        metavar="SECONDS",
+        help="seconds one case may take before it counts as a timeout (default 60)",
     )
     p.add_argument(
         "--workers",
@@ -145,8 +163,9 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="NAME",
-        help="fuzz under this shipped mutant of the (single) target; repeat for "
-        "several planted bugs at once",
+        help="fuzz under this shipped mutant of the (single) target (`fuzzkit list --json` "
+        "names them); repeat for several planted bugs at once. Its findings replay with "
+        "the same --mutant",
     )
     p.add_argument(
         "--max-findings",
@@ -177,8 +196,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     p = sub.add_parser("replay", help="re-run case files (or case sequences) and print verdicts")
-    p.add_argument("paths", nargs="+", type=Path, metavar="PATH")
-    p.add_argument("--impl", help="replay against this implementation instead")
+    p.add_argument(
+        "paths",
+        nargs="+",
+        type=Path,
+        metavar="PATH",
+        help="case or sequence files, or directories searched for *.json",
+    )
+    p.add_argument(
+        "--impl",
+        help="replay against this implementation instead: a name, or module:attr for an "
+        "outside one (a finding of an outside implementation replays only with it, and "
+        "only where its module imports)",
+    )
     p.add_argument(
         "--mutant",
         action="append",
@@ -189,8 +219,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_file_run_options(p)
 
     p = sub.add_parser("shrink", help="minimize a failing case file")
-    p.add_argument("path", type=Path, metavar="PATH")
-    p.add_argument("--output", type=Path, help="directory for the smaller case (default: beside)")
+    p.add_argument("path", type=Path, metavar="PATH", help="a failing case file")
+    p.add_argument(
+        "--output",
+        type=Path,
+        help="directory for the smaller case (default: the directory of PATH)",
+    )
     p.add_argument(
         "--impl",
         help="implementation name, or module:attr for an outside one "
@@ -204,25 +238,27 @@ def build_parser() -> argparse.ArgumentParser:
         help="run the bisection of the case's target (compiler: the first diverging node "
         "of a failing graph case and its smallest failing window)",
     )
-    p.add_argument("path", type=Path, metavar="CASE")
+    p.add_argument("path", type=Path, metavar="CASE", help="a failing case file")
     p.add_argument("--impl", help="implementation to bisect (default: the case's)")
-    p.add_argument("--mutant", help="apply this shipped mutant of the target while bisecting")
+    p.add_argument(
+        "--mutant", metavar="NAME", help="apply this shipped mutant of the target while bisecting"
+    )
     p.add_argument(
         "--out",
         type=Path,
         default=None,
-        help="directory for the minimized case and its repro script "
-        "(default: bisected/ beside CASE)",
+        help="directory for the minimized case and its repro script (default: "
+        "./bisected/<case-id>/ in the current directory, outside the corpus)",
     )
     p.add_argument("--json", action="store_true", help="machine-readable output")
     _add_file_run_options(p)
 
     p = sub.add_parser("mutants", help="check that the fuzzer catches every shipped mutant")
-    p.add_argument("targets", nargs="*", metavar="TARGET")
+    p.add_argument("targets", nargs="*", metavar="TARGET", help="target names (default: all)")
     p.add_argument(
         "--budget", type=_positive_float, default=30.0, help="seconds per mutant (default 30)"
     )
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="seed of the search (default 0)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument(
         "--only",
@@ -248,7 +284,30 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="skip the fresh-process confirmation (state-dependent mutants then look reproducible)",
     )
+    _add_corpus_parser(sub)
     return parser
+
+
+def _add_corpus_parser(sub: Any) -> None:
+    """``fuzzkit corpus ACTION``: libFuzzer-style corpus tools (:mod:`fuzzkit.corpus_merge`)."""
+    p = sub.add_parser("corpus", help="corpus tools: merge (keep a minimal covering set)")
+    actions = p.add_subparsers(dest="corpus_action", metavar="ACTION", parser_class=_Parser)
+    actions.required = True
+    p = actions.add_parser(
+        "merge",
+        help="replay every case under SRC with coverage and add to DST the fewest that keep "
+        "every arc and every failure signature (like libFuzzer's -merge=1)",
+    )
+    p.add_argument("sources", nargs="+", type=Path, metavar="SRC", help="case files or folders")
+    p.add_argument(
+        "destination",
+        type=Path,
+        metavar="DST",
+        help="a flat folder of case files (e.g. corpus/quant/seeds); its cases count as kept",
+    )
+    p.add_argument("--impl", help="replay every case against this implementation instead")
+    p.add_argument("--target", help="merge only the cases of this target (others are skipped)")
+    _add_file_run_options(p)
 
 
 def _add_file_run_options(p: argparse.ArgumentParser, isolation: bool = True) -> None:
@@ -266,6 +325,7 @@ def _add_file_run_options(p: argparse.ArgumentParser, isolation: bool = True) ->
         "--case-timeout",
         type=_positive_float,
         default=60.0,
+        metavar="SECONDS",
         help="seconds one case may take before it counts as a timeout (default 60)",
     )
     if isolation:
@@ -312,7 +372,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         return COMMANDS[args.command](args)
     except FuzzkitError as exc:
-        print(f"fuzzkit: error: {exc}", file=sys.stderr)
+        print(f"fuzzkit: error: {_one_line(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("fuzzkit: interrupted", file=sys.stderr)
@@ -322,8 +382,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         traceback.print_exc()
         print(
-            f"fuzzkit: internal error: {type(exc).__name__}: {str(exc)[:300]} (exit 3: a failed "
-            "write or a bug in fuzzkit; the traceback above says where)",
+            f"fuzzkit: internal error: {type(exc).__name__}: {_one_line(str(exc))[:300]} "
+            "(exit 3: a failed write or a bug in fuzzkit; the traceback above says where)",
             file=sys.stderr,
         )
         return EXIT_INTERNAL
@@ -347,15 +407,49 @@ def cmd_list(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(described, indent=2))
         return status
+    from rich.markup import escape
+
     table = _table("target", "implementations", "properties", "mutants")
-    for d in described:
+    for d in described:  # names come from plug-ins: data, never rich markup
         impls = ", ".join(
             f"{i['name']} ({i['backend']}{'' if i['available'] else ', unavailable'})"
             for i in d["implementations"]
         )
-        table.add_row(d["name"], impls, str(len(d["properties"])), str(len(d["mutants"])))
+        table.add_row(
+            escape(d["name"]), escape(impls), str(len(d["properties"])), escape(_mutant_names(d))
+        )
     _print(table)
+    print("every mutant, the input/output schema and more: fuzzkit describe TARGET")
     return status
+
+
+#: Mutant names ``fuzzkit list`` shows per target; ``describe`` lists them all.
+LISTED_MUTANTS = 5
+
+
+def _mutant_names(described: Any) -> str:
+    """``"N: first, second, ..."`` -- the names to pass to ``run --mutant`` / ``mutants
+    --only``, the first few of them (a target has up to dozens)."""
+    names = [m["name"] for m in described["mutants"]]
+    shown = ", ".join(names[:LISTED_MUTANTS])
+    more = len(names) - LISTED_MUTANTS
+    return f"{len(names)}: {shown}" + (f", ... (+{more})" if more > 0 else "") if names else "0"
+
+
+def cmd_describe(args: argparse.Namespace) -> int:
+    """One target in full (:mod:`fuzzkit.describe`)."""
+    from fuzzkit import describe
+    from fuzzkit.registry import get_target
+
+    target = get_target(args.target)  # an unknown name: UsageError, one line, exit 2
+    if args.json:
+        print(json.dumps(target.describe(), indent=2))
+    elif args.markdown:
+        print(describe.markdown(target), end="")
+    else:
+        for renderable in describe.renderables(target):
+            _print(renderable)
+    return EXIT_CLEAN
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -519,8 +613,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
                     " (recorded as state-dependent: it fails only after earlier cases; "
                     f"replay its sequence {shown(recorded.details.get('sequence'))})"
                 )
-            elif recorded is not None:
-                note = " (the recorded failure is fixed)"
+            elif recorded is not None:  # good news, and it should read as such
+                note = f"  (fixed: the recorded {recorded.signature} no longer fails)"
             else:
                 note = ""
             print(f"PASS  {path}{what}{note}")
@@ -632,7 +726,7 @@ def cmd_bisect(args: argparse.Namespace) -> int:
             return EXIT_CLEAN  # the case passes: nothing to bisect
         except CannotMinimize as exc:
             raise UsageError(f"{args.path}: {exc}") from None
-    case_path, companions = _save_minimized(result, args.out or args.path.parent / "bisected")
+    case_path, companions = _save_minimized(result, args.out or _default_bisect_dir(case))
     if args.json:
         print(
             json.dumps(
@@ -654,6 +748,12 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     for label, path in companions.items():
         print(f"{label}: {path}" + (f" (run with --mutant {args.mutant})" if args.mutant else ""))
     return EXIT_FINDINGS  # the divergence reproduces
+
+
+def _default_bisect_dir(case: Any) -> Path:
+    """``./bisected/<case-id>/``: never beside the case, whose directory is often a corpus
+    kind (``regressions/``), where the bisected case would replay as one more regression."""
+    return Path("bisected") / case.case_id
 
 
 def cmd_mutants(args: argparse.Namespace) -> int:
@@ -693,6 +793,8 @@ def cmd_mutants(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([r.to_json() for r in results], indent=2))
     else:
+        from rich.markup import escape
+
         table = _table(
             "target",
             "mutant",
@@ -710,15 +812,15 @@ def cmd_mutants(args: argparse.Namespace) -> int:
                 if r.detected
                 else "[red]NO[/]"
             )
-            table.add_row(
-                r.target,
-                r.mutant,
-                f"{r.bug_class}\n[dim]{r.citation}[/]",
+            table.add_row(  # signatures and names are data: escaped, never rich markup
+                escape(r.target),
+                escape(r.mutant),
+                f"{escape(r.bug_class)}\n[dim]{escape(r.citation)}[/]",
                 detected,
                 f"{r.seconds:.2f}" if r.seconds is not None else "-",
-                r.signature or (r.skipped or "-"),
+                escape(r.signature or (r.skipped or "-")),
                 *(
-                    [", ".join(f"{k} {v}" for k, v in (r.minimized or {}).items())]
+                    [escape(", ".join(f"{k} {v}" for k, v in (r.minimized or {}).items()))]
                     if args.shrink
                     else []
                 ),
@@ -730,14 +832,48 @@ def cmd_mutants(args: argparse.Namespace) -> int:
     return EXIT_FINDINGS if missed else EXIT_CLEAN
 
 
+def cmd_corpus(args: argparse.Namespace) -> int:
+    """``corpus merge``: one line per refused file, then one summary line; exit 0."""
+    from fuzzkit.corpus_merge import ReplayOptions, merge
+    from fuzzkit.limits import parse_overrides
+
+    missing = [str(p) for p in args.sources if not p.exists()]
+    if missing:
+        raise UsageError(f"no such SRC: {', '.join(missing)}")
+    if args.destination.exists() and not args.destination.is_dir():
+        raise UsageError(f"DST {args.destination} is a file; pass a folder")
+    if args.target:
+        from fuzzkit.registry import get_target
+
+        get_target(args.target)  # an unknown name is a usage error before anything runs
+    options = ReplayOptions(
+        impl=args.impl,
+        limits=parse_overrides(args.limit),
+        case_timeout=args.case_timeout,
+        isolate=args.isolate,
+        memory_mb=args.memory_mb,
+    )
+    result = merge(
+        args.sources,
+        args.destination,
+        options=options,
+        target=args.target,
+        on_refused=lambda line: print(f"fuzzkit: {line}", file=sys.stderr),
+    )
+    print(f"{result.line()} -> {args.destination}")
+    return EXIT_CLEAN
+
+
 COMMANDS = {
     "list": cmd_list,
+    "describe": cmd_describe,
     "run": cmd_run,
     "report": cmd_report,
     "replay": cmd_replay,
     "shrink": cmd_shrink,
     "bisect": cmd_bisect,
     "mutants": cmd_mutants,
+    "corpus": cmd_corpus,
 }
 
 
@@ -758,6 +894,11 @@ def _print(renderable: Any) -> None:
 
     # no emoji codes: a signature such as mismatch:clamp:float16 is data, not ":clamp:"
     Console(width=max(100, _terminal_width()), emoji=False).print(renderable)
+
+
+def _one_line(message: str) -> str:
+    """An error is one line on stderr, whatever text (a module's, a file's) its message quotes."""
+    return " ".join(message.split())
 
 
 def _terminal_width() -> int:

@@ -2,9 +2,11 @@
 
 *findings* are what a run found and minimized (not yet triaged); a human moves a finding to
 *regressions* once the bug is fixed, and from then on it replays as a test forever.  *seeds* are
-interesting inputs a campaign starts from.  *sequences* hold the case sequences that replay a
-state-dependent finding (:mod:`fuzzkit.sequence`), named by their own content hash.  Every
-write is atomic (see :mod:`fuzzkit.case`).
+inputs worth keeping -- written by hand, or a corpus reduced by ``fuzzkit corpus merge``
+(:mod:`fuzzkit.corpus_merge`); ``fuzzkit replay`` re-checks them, but a run does not read them
+(it restarts from Hypothesis's example database).  *sequences* hold the case sequences that
+replay a state-dependent finding (:mod:`fuzzkit.sequence`), named by their own content hash.
+Every write is atomic (see :mod:`fuzzkit.case`).
 """
 
 from __future__ import annotations

@@ -136,6 +136,22 @@ def source_packages(names: Any) -> list[str]:
     return packages
 
 
+def _where(exc: BaseException) -> str:
+    """``SyntaxError: '(' was never closed (badmod.py:3)``: the exception and the innermost
+    place that raised it, on one line (a module's own error message may span several)."""
+    import traceback
+
+    if isinstance(exc, SyntaxError):
+        place = f"{exc.filename}:{exc.lineno}"
+        message = exc.msg
+    else:
+        frames = traceback.extract_tb(exc.__traceback__)
+        place = f"{frames[-1].filename}:{frames[-1].lineno}" if frames else ""
+        message = str(exc)
+    message = " ".join(message.split())[:300]
+    return f"{type(exc).__name__}: {message}" + (f" ({place})" if place else "")
+
+
 def load_object(spec: str, *, what: str = "object") -> Any:
     """Import ``module:attr`` (attr may be dotted).  Errors become one-line UsageErrors."""
     module_name, sep, attr = spec.partition(":")
@@ -150,6 +166,11 @@ def load_object(spec: str, *, what: str = "object") -> Any:
             f"{what}: cannot import {module_name!r} ({exc}); is it installed or on "
             "PYTHONPATH? (fuzzkit never imports from the current directory by "
             "itself: for a module here, run with PYTHONPATH=.)"
+        ) from None
+    except Exception as exc:  # noqa: BLE001 - the user's module failed: their bug, not fuzzkit's
+        raise UsageError(
+            f"{what}: importing {module_name!r} raised {_where(exc)}; fix the module, "
+            f"then check with: python -c 'import {module_name}'"
         ) from None
     for part in attr.split("."):
         try:

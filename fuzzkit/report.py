@@ -70,6 +70,7 @@ def write_report(
     """Write the run's report directory and return the path of ``summary.json``."""
     out = report_dir / run_id
     out.mkdir(parents=True, exist_ok=True)
+    rows = [with_first_failure(r) for r in rows]
     total_cases = sum(r["cases"] for r in rows)
     total_seconds = sum(r["seconds"] for r in rows)
     summary = {
@@ -99,3 +100,45 @@ def write_report(
     path = out / "summary.json"
     atomic_write_text(path, json.dumps(summary, indent=2, sort_keys=True) + "\n")
     return path
+
+
+def first_failure(findings: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
+    """How long a pair took to its first failure, libFuzzer's headline figure for a planted bug:
+    ``{"cases": N, "seconds": S}`` of the finding seen after the fewest generated cases (counted
+    by the worker that found it, the failing case included), or None without findings."""
+    timed = [
+        f
+        for f in findings
+        if isinstance(f.get("cases_to_first_failure"), int)
+        and not isinstance(f.get("cases_to_first_failure"), bool)
+    ]
+    if not timed:
+        return None
+    first = min(
+        timed,
+        key=lambda f: (f["cases_to_first_failure"], f.get("seconds_to_first_failure") or 0.0),
+    )
+    return {
+        "cases": first["cases_to_first_failure"],
+        "seconds": first.get("seconds_to_first_failure"),
+    }
+
+
+def with_first_failure(row: dict[str, Any]) -> dict[str, Any]:
+    """A summary row with its pair's ``cases_to_first_failure`` and ``seconds_to_first_failure``
+    (None when it found nothing); each finding carries its own figures as well."""
+    first = first_failure(row.get("findings") or ([row["finding"]] if row.get("finding") else []))
+    return {
+        **row,
+        "cases_to_first_failure": first["cases"] if first else None,
+        "seconds_to_first_failure": first["seconds"] if first else None,
+    }
+
+
+def first_failure_text(first: dict[str, Any] | None) -> str:
+    """``"5 cases, 0.12 s"`` for tables (``"-"`` without a failure)."""
+    if first is None:
+        return "-"
+    seconds = first.get("seconds")
+    timed = f", {seconds:.2f} s" if isinstance(seconds, (int, float)) else ""
+    return f"{first['cases']} case{'s' if first['cases'] != 1 else ''}{timed}"

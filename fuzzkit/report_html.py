@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import base64
 import bisect
-import contextlib
 import dataclasses
 import datetime as _dt
 import html
@@ -30,16 +29,16 @@ import io
 import json
 import math
 import os
-import shlex
-import tempfile
 from pathlib import Path
 from typing import Any, Iterable
 
 import numpy as np
 
 from fuzzkit import __version__
-from fuzzkit.case import atomic_write_text
+from fuzzkit.case import atomic_write_bytes, atomic_write_text
 from fuzzkit.errors import UsageError
+from fuzzkit.replay_hint import replay_command, replay_hint
+from fuzzkit.report import first_failure, first_failure_text
 
 #: The three plots, in page order: file stem and title.
 PLOTS = (
@@ -173,6 +172,8 @@ class PairStats:
     elapsed: float = 0.0  # worker-seconds spent on this pair
     workers: set = dataclasses.field(default_factory=set)
     findings: int = 0
+    #: cases and seconds to the pair's first failure (:func:`fuzzkit.report.first_failure`)
+    first_failure: dict[str, Any] | None = None
 
 
 def _num(value: Any, default: float = 0.0) -> float:
@@ -245,6 +246,10 @@ def pair_stats(run: RunData, findings: list[dict[str, Any]]) -> list[PairStats]:
     for f in findings:
         key = (str(f.get("target")), _impl(f))
         stats.setdefault(key, PairStats(*key)).findings += 1
+    for s in stats.values():
+        s.first_failure = first_failure(
+            f for f in findings if (str(f.get("target")), _impl(f)) == (s.target, s.impl)
+        )
     return list(stats.values())
 
 
@@ -481,7 +486,8 @@ def _case_block(run: RunData, finding: dict[str, Any]) -> str:
     if path is None:
         return f'<p class="bad">case file not found: <code>{_e(path_text)}</code></p>'
     shown = path_text if Path(str(path_text)) == path else str(path)
-    replay = f"fuzzkit replay {shlex.quote(str(shown))}"
+    mutants = finding.get("mutants") or ()
+    replay = replay_command(str(shown), "", mutants)
     try:
         text = path.read_text(encoding="utf-8", errors="replace")
     except OSError as exc:
@@ -492,8 +498,8 @@ def _case_block(run: RunData, finding: dict[str, Any]) -> str:
     except CaseFileError as exc:
         note = f'<p class="bad">not a valid case file: {_e(_one_line(exc))}</p>'
     else:
-        if ":" in implementation:  # outside code runs only when the user names it
-            replay += f" --impl {shlex.quote(implementation)}"
+        # outside code runs only when the user names it, and only where it imports
+        replay = replay_hint(str(shown), implementation, mutants)
     try:
         pretty = json.dumps(json.loads(text), indent=1, sort_keys=True)
     except json.JSONDecodeError:
@@ -614,6 +620,7 @@ def render_html(run: RunData, plots: dict[str, bytes] | None) -> str:
                 _num_cell(s.findings),
                 _num_cell(f"{s.elapsed:.1f}"),
                 _e(", ".join(str(w) for w in sorted(s.workers, key=str)) or "-"),
+                _e(first_failure_text(s.first_failure)),
             ]
         )
     total_cases = sum(s.cases for s in stats)
@@ -630,17 +637,29 @@ def render_html(run: RunData, plots: dict[str, bytes] | None) -> str:
             _num_cell(len(findings)),
             _num_cell(f"{wall:.1f} (wall)"),
             "",
+            "",
         ]
     )
     table = _table(
-        ["target", "impl", "cases", "cases/s", "findings", "elapsed (worker-s)", "workers"],
+        [
+            "target",
+            "impl",
+            "cases",
+            "cases/s",
+            "findings",
+            "elapsed (worker-s)",
+            "workers",
+            "first failure",
+        ],
         rows,
         "summary",
     )
     parts.append(table.replace("<tr><td>total</td>", '<tr class="total"><td>total</td>'))
     parts.append(
         '<p class="note">cases/s of a row: its cases over the worker-seconds spent '
-        "on it; of the total: all cases over the run's wall-clock time.</p>"
+        "on it; of the total: all cases over the run's wall-clock time.  first failure: "
+        "the generated cases (the failing one included) and seconds its worker took to the "
+        "pair's first failure.</p>"
     )
 
     # plots
@@ -675,7 +694,7 @@ def render_html(run: RunData, plots: dict[str, bytes] | None) -> str:
             f"</code> &middot; {_e(f.get('kind'))}</h3>"
             f"<p>{_e(f.get('target'))} / {_e(_impl(f))} &middot; worker "
             f"{_e(f.get('worker'))} &middot; at {_e(_fmt_time(f.get('t')))} "
-            f"(+{_num(f.get('t')) - run.started:.1f} s){seen}</p>"
+            f"(+{_num(f.get('t')) - run.started:.1f} s){_found_after(f)}{seen}</p>"
             f'<p class="msg">{_e(f.get("message"))}</p>{_case_block(run, f)}</div>'
         )
 
@@ -807,20 +826,14 @@ def _reach_section(reach: dict[str, Any]) -> list[str]:
     return parts
 
 
+def _found_after(finding: dict[str, Any]) -> str:
+    """`` · first failed after 5 cases, 0.12 s`` for a finding that records it."""
+    first = first_failure([finding])
+    return f" &middot; first failed after {_e(first_failure_text(first))}" if first else ""
+
+
 def _num_cell(value: Any) -> str:
     return f'<span class="num">{_e(value)}</span>'
-
-
-def _atomic_write_bytes(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
 
 
 def write_html(run_dir: os.PathLike[str] | str) -> Path:
@@ -832,7 +845,7 @@ def write_html(run_dir: os.PathLike[str] | str) -> Path:
         plot_dir = run.run_dir / "plots"
         plot_dir.mkdir(exist_ok=True)
         for stem, data in plots.items():
-            _atomic_write_bytes(plot_dir / f"{stem}.png", data)
+            atomic_write_bytes(plot_dir / f"{stem}.png", data)
     out = run.run_dir / "index.html"
     atomic_write_text(
         out, render_html(run, plots).encode("ascii", "xmlcharrefreplace").decode("ascii")

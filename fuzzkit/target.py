@@ -29,6 +29,7 @@ from typing import (
 from fuzzkit.failure import Failure
 
 if TYPE_CHECKING:
+    from fuzzkit.schema import Schema
     from fuzzkit.shrink.hook import Minimizer
 
 Inputs = dict[str, Any]
@@ -172,6 +173,13 @@ class Implementation:
     def __call__(self, inputs: Inputs) -> Outputs:
         return self.fn(inputs)
 
+    def __repr__(self) -> str:
+        # short: Hypothesis prints a failing test's arguments, pytest its parameters
+        return f"<Implementation {self.name!r}>"
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        printer.text(repr(self))  # Hypothesis's printer lists a dataclass's fields otherwise
+
 
 @dataclasses.dataclass(frozen=True)
 class Property:
@@ -262,6 +270,11 @@ class Target:
     #: to the first diverging node and its smallest failing window); ``fuzzkit bisect`` runs it.
     #: None: the target has no bisection.
     bisect: Minimizer | None = None
+    #: What an implementation receives and must return (:class:`fuzzkit.schema.Schema`), or a
+    #: zero-argument callable building it (so building the target stays light); None: not
+    #: declared.  ``fuzzkit describe`` renders it; the tests check the strategy and the
+    #: reference against it.
+    schema: Any = None
 
     def __post_init__(self) -> None:
         names = [m.name for m in self.mutants]
@@ -273,6 +286,13 @@ class Target:
                     f"target {self.name}: mutant {m.name} patches unknown implementation "
                     f"{m.implementation!r}"
                 )
+
+    def __repr__(self) -> str:
+        # short: a falsifying example's arguments once printed the whole contract (~100 lines)
+        return f"<Target {self.name!r}>"
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        printer.text(repr(self))  # Hypothesis's printer lists a dataclass's fields otherwise
 
     def thresholds_for(self, impl: Implementation | None = None) -> tuple[Any, ...]:
         """The thresholds a strategy aims at when fuzzing ``impl``: the target's own plus the
@@ -334,26 +354,49 @@ class Target:
 
         raise UsageError(f"target {self.name!r} has no mutant {name!r}")
 
+    def declared_schema(self) -> Schema | None:
+        """The target's :class:`~fuzzkit.schema.Schema` (built on first use), or None."""
+        from fuzzkit.schema import Schema
+
+        if self.schema is None or isinstance(self.schema, Schema):
+            return self.schema
+        built = self.schema()
+        if not isinstance(built, Schema):
+            raise TypeError(f"target {self.name}: schema() returned {type(built).__name__}")
+        self.schema = built
+        return built
+
     def describe(self) -> Mapping[str, Any]:
-        """A JSON summary for ``fuzzkit list --json``."""
-        return {
-            "name": self.name,
-            "description": self.description,
-            "implementations": [
+        """A JSON summary for ``fuzzkit list --json`` and ``fuzzkit describe --json``: the
+        implementations (available here or why not, options), mutants with their bug classes,
+        properties, limits, thresholds and the input/output schema (null where undeclared)."""
+        schema = self.declared_schema()
+        described = []
+        for impl in self.implementations.values():
+            reason = impl.unavailable()
+            described.append(
                 {
                     "name": impl.name,
                     "backend": impl.backend,
                     "description": impl.description,
-                    "available": impl.unavailable() is None,
+                    "available": reason is None,
+                    "unavailable": reason,
+                    "takes_options": impl.options is not None,
+                    "own_cases": impl.cases is not None,
                     "thresholds": _described_thresholds(impl.thresholds),
                 }
-                for impl in self.implementations.values()
-            ],
+            )
+        return {
+            "name": self.name,
+            "description": self.description,
+            "schema": schema.to_json() if schema is not None else None,
+            "implementations": described,
             "thresholds": _described_thresholds(self.thresholds),
             "limits": [
                 {"name": lim.name, "default": lim.default, "what": lim.what} for lim in self.limits
             ],
             "properties": [p.name for p in self.properties],
+            "property_descriptions": {p.name: p.description for p in self.properties},
             "mutants": [
                 {
                     "name": m.name,

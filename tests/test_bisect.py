@@ -259,18 +259,23 @@ def _run_script(script: Path, *argv: str) -> int:
     return 0
 
 
-def test_cli_bisect_end_to_end(toy_registered: Target, tmp_path: Path,
-                               capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_bisect_end_to_end(
+    toy_registered: Target,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     import json
 
     from fuzzkit.cli import main
 
+    monkeypatch.chdir(tmp_path)  # the default output is ./bisected/<case-id>/
     failing = Case("toy_graphs", "toy", failing_toy_case("reversed_sub", 40), origin="manual")
     path = failing.save(tmp_path)
     assert main(["bisect", str(path), "--mutant", "reversed_sub"]) == 1
     out = capsys.readouterr().out
     assert "first diverging node" in out and "(sub)" in out and "confirmed" in out
-    written = sorted((tmp_path / "bisected").iterdir())
+    written = sorted((tmp_path / "bisected" / failing.case_id).iterdir())
     cases = [p for p in written if p.suffix == ".json"]
     repros = [p for p in written if p.name.startswith("repro_")]
     assert len(cases) == 1 and len(repros) == 1
@@ -327,20 +332,30 @@ def test_cli_bisect_refuses_bad_files(toy_registered: Target, tmp_path: Path,
     assert "unknown target" in errs[2]
 
 
-def test_cli_bisect_needs_the_targets_hook(toy_registered: Target, tmp_path: Path,
-                                          capsys: pytest.CaptureFixture[str]) -> None:
-    """`fuzzkit bisect` is the target's hook: a target without one says so in one line."""
+def test_cli_bisect_needs_the_targets_hook(
+    toy_registered: Target,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`fuzzkit bisect` is the target's hook: a target without one says so in one line, and
+    writes nothing (neither into the default ./bisected/ nor beside the case)."""
     import dataclasses
 
     from fuzzkit.cli import main
     from fuzzkit.registry import register_target
 
     register_target(dataclasses.replace(toy_registered, bisect=None), replace=True)
-    path = Case("toy_graphs", "toy", failing_toy_case("reversed_sub", 10)).save(tmp_path)
+    cases = tmp_path / "cases"
+    path = Case("toy_graphs", "toy", failing_toy_case("reversed_sub", 10)).save(cases)
+    monkeypatch.chdir(tmp_path)
     assert main(["bisect", str(path), "--mutant", "reversed_sub"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "has no bisection" in err[0]
-    assert not (tmp_path / "bisected").exists()
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == [
+        Path("cases"),
+        path.relative_to(tmp_path),
+    ]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -61,7 +61,7 @@ def test_a_fixed_process_death_replays_as_a_pass(tmp_path: Path) -> None:
     path = _finding(tmp_path, "crash-segv", "ctypes", "crash", n=1)
     code, out, err = _fuzzkit("replay", str(path), cwd=tmp_path)
     assert code == 0, (out, err)
-    assert "(isolated)" in out and "the recorded failure is fixed" in out
+    assert "(isolated)" in out and "(fixed: the recorded crash:recorded no longer fails)" in out
 
 
 def test_isolate_is_asked_for_any_file_and_a_python_hang_is_bounded_without_it(

@@ -159,10 +159,13 @@ class Progress:
         if self.mode == "jsonl":
             print(json.dumps(event, sort_keys=True), flush=True)
             return
+        from fuzzkit.replay_hint import replay_hint
+
         unshrunk = " (unshrunk)" if event.get("unshrunk") else ""
         line = (
             f"finding: {event['target']}/{event['impl']} {event['signature']}{unshrunk} "
-            f"{event['case']}"
+            f"{event['case']}\n"
+            f"  replay: {replay_hint(event['case'], event['impl'], event.get('mutants') or ())}"
         )
         if self.live is not None:
             from rich.text import Text
@@ -266,19 +269,16 @@ def summary_table(rows: list[dict[str, Any]], skipped: Sequence[dict[str, Any]])
     from rich.table import Table
 
     table = Table()
-    for column in ("target", "impl", "cases", "cases/s", "verdict"):
+    from fuzzkit.report import first_failure, first_failure_text
+
+    for column in ("target", "impl", "cases", "cases/s", "first failure", "verdict"):
         table.add_column(column, overflow="fold")
     for row in rows:
         found = row.get("findings") or []
         if not found:
             verdict = "[green]clean[/]"
         else:
-            verdict = "\n".join(
-                f"[red]{escape(f['signature'])}[/]"
-                + (" [yellow](unshrunk)[/]" if f.get("unshrunk") else "")
-                + f"\n{escape(str(f['case']))}"
-                for f in found
-            )
+            verdict = "\n".join(_finding_cell(f, row) for f in found)
         if row.get("known_hits"):
             verdict += f"\n[dim]known: {sum(row['known_hits'].values())} case(s) skipped[/]"
         if row.get("unsupported_cases"):
@@ -288,6 +288,7 @@ def summary_table(rows: list[dict[str, Any]], skipped: Sequence[dict[str, Any]])
             escape(row["implementation"]),
             str(row["cases"]),
             f"{row['cases_per_second']:.1f}",
+            first_failure_text(first_failure(found)),  # cases (and seconds) to it
             verdict,
         )
     for s in skipped:
@@ -296,12 +297,31 @@ def summary_table(rows: list[dict[str, Any]], skipped: Sequence[dict[str, Any]])
             escape(s["implementation"]),
             "-",
             "-",
+            "-",
             f"skipped: {escape(s['reason'])}",
         )
     return table
 
 
+def _finding_cell(finding: dict[str, Any], row: dict[str, Any]) -> str:
+    """Signature and case file of one finding (rich markup, data escaped), and its replay
+    command where a bare ``fuzzkit replay CASE`` would not replay it: a finding of an outside
+    implementation or one made under a mutant."""
+    from rich.markup import escape
+
+    from fuzzkit.replay_hint import replay_hint
+
+    cell = f"[red]{escape(finding['signature'])}[/]"
+    cell += " [yellow](unshrunk)[/]" if finding.get("unshrunk") else ""
+    cell += f"\n{escape(str(finding['case']))}"
+    mutants = row.get("mutants") or ()
+    if mutants or ":" in row["implementation"]:
+        cell += "\nreplay: " + escape(replay_hint(finding["case"], row["implementation"], mutants))
+    return cell
+
+
 def coverage_table(coverage: dict[str, Any]) -> Any:
+    from rich.markup import escape
     from rich.table import Table
 
     table = Table()
@@ -309,7 +329,7 @@ def coverage_table(coverage: dict[str, Any]) -> Any:
         table.add_column(column)
     for label, c in coverage.items():
         table.add_row(
-            label,
+            escape(label),  # an outside implementation's options are [bracketed]
             f"{c['covered_branches']}/{c['branches']}",
             f"{c['branch_percent']:.1f}",
             f"{c['line_percent']:.1f}",

@@ -46,7 +46,8 @@ class EventLog:
     def __init__(self, run_dir: Path, worker: int = -1) -> None:
         self.path = Path(run_dir) / EVENTS
         self.worker = worker
-        self.fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        # 0666 less the umask, like every file of a run (fuzzkit.case.atomic_write_bytes)
+        self.fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
 
     def emit(self, type: str, **fields: Any) -> dict[str, Any]:
         event = {

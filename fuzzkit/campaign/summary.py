@@ -10,6 +10,7 @@ from typing import Any
 from fuzzkit.campaign.model import Event, RunState
 from fuzzkit.campaign.progress import Stats
 from fuzzkit.case import atomic_write_text
+from fuzzkit.replay_hint import replay_hint
 
 
 def summary_rows(state: RunState, stats: Stats) -> list[dict[str, Any]]:
@@ -68,6 +69,7 @@ def _finding_entry(event: Event) -> dict[str, Any]:
         "case": event["case"],
         "seconds_to_first_failure": event.get("seconds_to_first_failure"),
         "cases_to_first_failure": event.get("cases_to_first_failure"),
+        "replay": replay_hint(event["case"], event.get("impl", ""), event.get("mutants") or ()),
     }
     if event.get("sequence"):
         entry["sequence"] = event["sequence"]

@@ -110,4 +110,5 @@ def target() -> Target:
         sizes=SIZES,
         sources=("fuzzkit.targets.ann.index", "fuzzkit.targets.ann.model"),
         limits=LIMITS,
+        schema=lazy("fuzzkit.targets.ann.schema:schema"),  # what describe shows
     )

@@ -78,4 +78,5 @@ def target() -> Target:
         sizes=thresholds.SIZES,
         sources=("fuzzkit.targets.attention_index.model",),
         limits=LIMITS,
+        schema=lazy("fuzzkit.targets.attention_index.schema:schema"),  # what describe shows
     )

@@ -174,6 +174,7 @@ def target() -> Target:
         bisect=lazy("fuzzkit.targets.compiler.bisect:bisection"),
         validate=checks.validate,
         limits=LIMITS,
+        schema=lazy("fuzzkit.targets.compiler.schema:schema"),  # what describe shows
         sizes=thresholds.SIZES,
         # the driver every implementation runs through (build, compile, run, widen)
         sources=("fuzzkit.targets.compiler.__init__",),

@@ -39,7 +39,7 @@ import functools
 from typing import Any, Callable, Optional
 
 from fuzzkit import triton_support
-from fuzzkit.target import Implementation, Target, Unsupported
+from fuzzkit.target import Implementation, Target, Unsupported, lazy
 from fuzzkit.targets.paged_kv import checks
 from fuzzkit.targets.paged_kv.driver import run_program
 from fuzzkit.targets.paged_kv.protocol import ALL_CAPABILITIES, Capabilities, capabilities_of, unsupported
@@ -277,4 +277,5 @@ def target() -> Target:
         sizes=SIZES,
         sources=("fuzzkit.targets.paged_kv.driver", "fuzzkit.targets.paged_kv.protocol"),
         limits=LIMITS,
+        schema=lazy("fuzzkit.targets.paged_kv.schema:schema"),  # what describe shows
     )

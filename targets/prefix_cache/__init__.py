@@ -59,4 +59,5 @@ def target() -> Target:
         validate=checks.validate,
         sources=("fuzzkit.targets.prefix_cache.program",),
         limits=LIMITS,
+        schema=lazy("fuzzkit.targets.prefix_cache.schema:schema"),  # what describe shows
     )

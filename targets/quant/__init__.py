@@ -40,7 +40,7 @@ shared :mod:`fuzzkit.values` domain clamped into the validator's ``[1e-12, 1e12]
 from __future__ import annotations
 
 from fuzzkit import reach, relations, triton_support
-from fuzzkit.target import Implementation, Property, Target
+from fuzzkit.target import Implementation, Property, Target, lazy
 from fuzzkit.targets.quant import checks, numpy_impl, reference, sizes, tiles, triton_impl
 
 
@@ -114,4 +114,5 @@ def target() -> Target:
         sizes=sizes.SIZES,
         sources=("fuzzkit.targets.quant.numpy_impl",),  # the shared encoder every implementation runs
         limits=LIMITS,
+        schema=lazy("fuzzkit.targets.quant.schema:schema"),  # what describe shows
     )

@@ -103,4 +103,5 @@ def target() -> Target:
                  "fuzzkit.targets.scheduling.memory", "fuzzkit.targets.scheduling.admission",
                  "fuzzkit.targets.scheduling.policies.base", "fuzzkit.targets.scheduling.routers.base"),
         limits=LIMITS,
+        schema=lazy("fuzzkit.targets.scheduling.schema:schema"),  # what describe shows
     )

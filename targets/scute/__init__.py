@@ -138,4 +138,5 @@ def target() -> Target:
         sizes=sizes.SIZES,
         sources=("fuzzkit.targets.scute.slots",),
         limits=LIMITS,
+        schema=lazy("fuzzkit.targets.scute.schema:schema"),  # what describe shows
     )
