@@ -51,3 +51,14 @@ def alloc() -> registry.Target:
 @pytest.fixture
 def tiles() -> registry.Target:
     return registry.get_target("toy-tiles")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under ``pytest -n N``, tests marked ``xdist_group`` run on one worker, in order.
+
+    The README's commands are one test each, and the commands of one README section build on
+    each other (a later one replays what an earlier one found): split over two workers, each
+    worker rebuilt the other's part first, which cost minutes.  xdist's default distribution
+    ("load") is changed to "loadgroup", which is "load" for every test without the mark."""
+    if getattr(config.option, "dist", "no") == "load":
+        config.option.dist = "loadgroup"

@@ -37,6 +37,7 @@ def hang_target():
     target = toy_targets.dot_target()
     target.name = "toy-hang"
     target.implementations = {"sleepy": Implementation("sleepy", _sleep_forever)}
+    target.mutants = []  # dot_target's mutants patch its "numpy" implementation, absent here
     return target
 
 

@@ -589,7 +589,14 @@ def test_every_rule_applies_to_a_readme_command_and_its_phrase_is_in_the_readme(
 
 
 @pytest.mark.parametrize(
-    "index", range(len(COMMANDS)), ids=[command.test_id for command in COMMANDS]
+    "index",
+    [
+        # One README section's commands on one xdist worker, in order (tests/conftest.py).
+        pytest.param(
+            i, id=command.test_id, marks=pytest.mark.xdist_group(f"readme:{command.section}")
+        )
+        for i, command in enumerate(COMMANDS)
+    ],
 )
 def test_readme_command(index: int, section_directories: SectionDirectories) -> None:
     command: Command = COMMANDS[index]
