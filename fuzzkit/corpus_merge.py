@@ -287,8 +287,9 @@ def merge(
 ) -> MergeResult:
     """Merge the case files under ``sources`` into the flat directory ``destination``."""
     from fuzzkit import corpus
+    from fuzzkit.report import require_writable
 
-    _require_writable(destination)
+    require_writable(destination, "destination", "DST")
     refused: list[str] = []
 
     def refuse(line: str) -> None:
@@ -317,21 +318,6 @@ def merge(
         refused=refused,
         skipped=skipped,
     )
-
-
-def _require_writable(destination: Path) -> None:
-    """Fail before replaying anything when ``destination`` cannot take files (one line)."""
-    import tempfile
-
-    try:
-        destination.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=destination, prefix=".fuzzkit-write-check-"):
-            pass
-    except OSError as exc:
-        raise FuzzkitError(
-            f"the destination {destination} is not a writable directory "
-            f"({exc.strerror or exc}); pass a writable DST"
-        ) from None
 
 
 def _measured(
