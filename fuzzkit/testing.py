@@ -45,6 +45,9 @@ def assert_agrees(
     properties: bool = True,
 ) -> None:
     """Fail the test (AssertionError with the oracle's message) unless ``impl`` agrees."""
+    # pytest leaves this frame out of the report: the user's line and the message are the news,
+    # not fuzzkit's source.
+    __tracebackhide__ = True
     target = get_target(target) if isinstance(target, str) else target
     implementation = impl if isinstance(impl, Implementation) else as_implementation(impl, "test")
     failure = check_case(target, implementation, inputs, properties=properties).failure
