@@ -59,12 +59,15 @@ def _find_spec(name: str, path: list[str] | None) -> Any:
     return None
 
 
-def module_files(names: Iterable[str]) -> list[str]:
-    """Files of ``names``; a package name stands for every ``.py`` file under it."""
+def module_files(names: Iterable[str], *, missing_ok: bool = False) -> list[str]:
+    """Files of ``names``; a package name stands for every ``.py`` file under it.  A name with
+    no Python source is an error, or with ``missing_ok`` left out (nothing there to measure)."""
     files: list[str] = []
     for name in names:
         origin = module_file(name)
         if origin is None:
+            if missing_ok:
+                continue
             raise ValueError(f"coverage source {name!r} is not an importable module")
         if os.path.basename(origin) == "__init__.py" and not name.endswith("__init__"):
             files.extend(str(p) for p in sorted(Path(origin).parent.rglob("*.py")))
@@ -109,6 +112,17 @@ def _short(file: str, root: Path | None) -> str:
         return file
 
 
+def branch_collector(files: Sequence[str]) -> Any:
+    """A coverage.py collector of branch coverage in exactly ``files``, in memory, honouring
+    the project's pragmas (a ``no cover`` line and its block, a ``no branch`` line's exits)."""
+    import coverage
+
+    cov = coverage.Coverage(branch=True, include=list(files), data_file=None, config_file=False)
+    cov.exclude(r"#\s*pragma:\s*no\s+cover", which="exclude")
+    cov.exclude(r"#\s*pragma:\s*no\s+branch", which="partial")
+    return cov
+
+
 class Meter:
     """One coverage.py measurement for a run; :meth:`pair` switches the context per pair."""
 
@@ -116,7 +130,7 @@ class Meter:
         self, modules: Sequence[str], *, sample_every: float = 5.0, root: Path | None = None
     ) -> None:
         try:
-            import coverage
+            import coverage  # noqa: F401 - only to say clearly when it is missing
         except ImportError:  # pragma: no cover - coverage is a dependency of fuzzkit
             from fuzzkit.errors import UsageError
 
@@ -124,11 +138,7 @@ class Meter:
         self.root = root or _project_root()
         self.files = module_files(modules)
         self.sample_every = sample_every
-        self._cov = coverage.Coverage(
-            branch=True, include=self.files, data_file=None, config_file=False
-        )
-        self._cov.exclude(r"#\s*pragma:\s*no\s+cover", which="exclude")
-        self._cov.exclude(r"#\s*pragma:\s*no\s+branch", which="partial")
+        self._cov = branch_collector(self.files)
         self._label: str | None = None
         self._pair_files: dict[str, list[str]] = {}
         self._timelines: dict[str, list[tuple[float, float]]] = {}

@@ -160,35 +160,17 @@ def _case_arcs(data: Any, files: Sequence[str], target: str) -> frozenset[Featur
 
 def coverage_files(target: Any, impl: Any) -> list[str]:
     """The files measured for ``impl``: its and its target's declared sources, else the module
-    that defines the implementation's function (the code under test, when nothing is declared)."""
+    that defines the implementation's function (the code under test, when nothing is declared).
+    A module without Python source (a built-in, a namespace package) adds nothing: such a case
+    is compared by its signature only."""
+    from fuzzkit.branches import module_files
     from fuzzkit.runner import _module_of_callable
 
     modules = list(target.coverage_sources(impl))
     if not modules:
         module = _module_of_callable(impl.fn)
         modules = [module] if module else []
-    files: list[str] = []
-    for name in modules:
-        files.extend(_source_files(name))
-    return sorted(set(files))
-
-
-def _source_files(module: str) -> list[str]:
-    """The ``.py`` files of ``module`` (every one under a package).  Unlike a ``--coverage``
-    run, a merge may import the parents to find it: import-time arcs are not features anyway,
-    and a package installed under another name (``fuzzkit.targets``) is found by its finder."""
-    import importlib.util
-
-    try:
-        spec = importlib.util.find_spec(module)
-    except (ImportError, ValueError):
-        spec = None
-    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
-        return []  # nothing to measure (a built-in, a namespace package): signatures only
-    origin = Path(spec.origin).resolve()
-    if spec.submodule_search_locations is not None:
-        return [str(p) for p in sorted(origin.parent.rglob("*.py"))]
-    return [str(origin)]
+    return sorted(module_files(modules, missing_ok=True))
 
 
 class _Meter:
@@ -198,16 +180,11 @@ class _Meter:
         self._collectors: dict[tuple[str, ...], Any] = {}
 
     def collector(self, files: Sequence[str]) -> Any:
-        import coverage
+        from fuzzkit.branches import branch_collector
 
         key = tuple(files)
         if key not in self._collectors:
-            cov = coverage.Coverage(
-                branch=True, include=list(files), data_file=None, config_file=False
-            )
-            cov.exclude(r"#\s*pragma:\s*no\s+cover", which="exclude")
-            cov.exclude(r"#\s*pragma:\s*no\s+branch", which="partial")
-            self._collectors[key] = cov
+            self._collectors[key] = branch_collector(files)
         return self._collectors[key]
 
 

@@ -309,13 +309,13 @@ def _finding_cell(finding: dict[str, Any], row: dict[str, Any]) -> str:
     implementation or one made under a mutant."""
     from rich.markup import escape
 
-    from fuzzkit.replay_hint import replay_hint
+    from fuzzkit.replay_hint import outside_module, replay_hint
 
     cell = f"[red]{escape(finding['signature'])}[/]"
     cell += " [yellow](unshrunk)[/]" if finding.get("unshrunk") else ""
     cell += f"\n{escape(str(finding['case']))}"
     mutants = row.get("mutants") or ()
-    if mutants or ":" in row["implementation"]:
+    if mutants or outside_module(row["implementation"]) is not None:
         cell += "\nreplay: " + escape(replay_hint(finding["case"], row["implementation"], mutants))
     return cell
 
