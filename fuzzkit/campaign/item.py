@@ -63,6 +63,8 @@ class ItemJob:
         self.impl = impl
         self.impl_spec = impl_spec
         self.share = share
+        #: the seconds of the pass being run (``share`` sums the passes)
+        self.pass_share = share
         self.channel = channel
         self.meter = meter
         self.checker: Checker | None = None
@@ -75,11 +77,36 @@ class ItemJob:
         self.cases = 0
         #: signatures this item claimed: its own repeats are counted by the engine, not "known"
         self.claimed_here: set[str] = set()
+        # An item may be fuzzed in two passes (see :mod:`fuzzkit.campaign.worker`): the engine
+        # counts cases and seconds per pass, the item's events count them over both.
+        self.cases_before = 0
+        self.seconds_before = 0.0
+        self.chunks_before = 0
+        #: the cases this pass may still generate (None: no limit; ``--max-cases`` otherwise)
+        self.max_cases: int | None = self.plan.max_cases
+        #: the engine's seen-set, shared by the passes so a second pass judges no repeat
+        self.seen: Any = None
+
+    def next_pass(self, share: float, max_cases: int | None) -> None:
+        """Start another pass over the item with ``share`` more seconds."""
+        self.share += share
+        self.pass_share = share
+        self.max_cases = max_cases
+        self.started = time.monotonic()
+
+    def close_pass(self, result: Any) -> None:
+        self.cases_before += result.cases
+        self.seconds_before += result.seconds
+        self.chunks_before += len(getattr(result, "chunks", []) or [])
 
     # ---------------------------------------------------------------- callbacks of the engine
 
+    def elapsed(self) -> float:
+        """Seconds spent on this item, over its passes."""
+        return self.seconds_before + time.monotonic() - self.started
+
     def on_case(self, n: int, final: bool = False) -> None:
-        self.cases = n
+        self.cases = self.cases_before + n
         now = time.monotonic()
         if self.meter is not None:
             self.meter.tick(force=final)
@@ -89,8 +116,8 @@ class ItemJob:
                 "progress",
                 target=self.target.name,
                 impl=self.impl.name,
-                cases=n,
-                elapsed=round(now - self.started, 3),
+                cases=self.cases,
+                elapsed=round(self.elapsed(), 3),
                 share=round(self.share, 3),
             )
 
@@ -100,8 +127,7 @@ class ItemJob:
         if failure is None or failure.signature in self._pending:
             return
         self.found_at.setdefault(
-            failure.signature,
-            {"seconds": round(time.monotonic() - self.started, 3), "cases": self.cases},
+            failure.signature, {"seconds": round(self.elapsed(), 3), "cases": self.cases}
         )
         path = self.channel.save_case(case.dumps() + "\n", case.target, case.case_id, "pending")
         self._pending[failure.signature] = path
@@ -173,10 +199,14 @@ def hypothesis_engine(job: ItemJob) -> Any:
     from fuzzkit.engines.hypothesis import fuzz
 
     steer = job.meter.novelty if job.meter is not None and job.plan.steer else None
+    if job.seen is None:
+        from fuzzkit.seen import SeenSet
+
+        job.seen = SeenSet()
     return fuzz(
         job.target,
         job.impl,
-        budget=job.share,
+        budget=job.pass_share,
         seed=job.spec.seed,
         profile=job.plan.profile,
         database_dir=example_database(job.plan),
@@ -187,10 +217,18 @@ def hypothesis_engine(job: ItemJob) -> Any:
         confirm=_confirmer(job),
         on_found=job.on_found,
         on_finding=job.on_finding,
-        max_findings=job.plan.max_findings,
-        max_cases=job.plan.max_cases,
+        max_findings=_findings_left(job),
+        max_cases=job.max_cases,
         steer=steer,
+        seen=job.seen,
+        first_chunk=job.chunks_before,
     )
+
+
+def _findings_left(job: ItemJob) -> int | None:
+    if job.plan.max_findings is None:
+        return None
+    return max(1, job.plan.max_findings - job.findings)
 
 
 def atheris_engine(job: ItemJob) -> Any:
@@ -258,7 +296,14 @@ def run_item(job: ItemJob) -> Any:
             for name in plan.mutants:
                 stack.enter_context(target.mutant(name).applied())
         result = ENGINES[plan.engine](job)
-    job.found_at.update(getattr(result, "found_at", {}) or {})
+    for signature, first in (getattr(result, "found_at", {}) or {}).items():
+        job.found_at.setdefault(  # the engine counts from the start of this pass
+            signature,
+            {
+                "seconds": round(job.seconds_before + first["seconds"], 3),
+                "cases": job.cases_before + first["cases"],
+            },
+        )
     job.on_case(result.cases, final=True)
     found = list(getattr(result, "findings", None) or [])
     sequences = getattr(result, "sequences", None) or {}
@@ -298,6 +343,7 @@ def _emit_totals(job: ItemJob, result: Any) -> None:
         seconds=round(result.seconds, 3),
         known_hits=dict(getattr(result, "known_hits", {}) or {}),
         unsupported=dict(getattr(result, "unsupported", {}) or {}),
+        repeats=int(getattr(result, "repeats", 0) or 0),
         found_at=job.found_at,
         mutants=list(job.plan.mutants),
         coverage=coverage,

@@ -28,7 +28,7 @@ EVENT_TYPES = {
     "other_signature": "worker: failures counted under a signature already found",
     "reach": "worker: operation counts and threshold crossings of an item",
     "item_done": "worker: an item's totals (cases, seconds, known-signature hits, "
-    "unsupported cases turned away, coverage)",
+    "unsupported cases turned away, repeated cases not judged again, coverage)",
     "heartbeat": "worker: alive in a phase that runs no cases (shrinking, confirming, startup)",
     "worker_exit": "worker or coordinator: ok, error (with the error), died or killed",
     "worker_hung": "coordinator: a worker was silent too long and was killed",

@@ -263,6 +263,11 @@ class Progress:
         return table
 
 
+#: Fewer cases than this in a clean run is said in the table: the pair was barely fuzzed (the
+#: worker shares its budget so that every item gets this many when it can; see worker.py).
+MIN_CASES = 30
+
+
 def summary_table(rows: list[dict[str, Any]], skipped: Sequence[dict[str, Any]]) -> Any:
     """The table printed when a run ends (rendered from the summary's rows)."""
     from rich.markup import escape
@@ -283,6 +288,10 @@ def summary_table(rows: list[dict[str, Any]], skipped: Sequence[dict[str, Any]])
             verdict += f"\n[dim]known: {sum(row['known_hits'].values())} case(s) skipped[/]"
         if row.get("unsupported_cases"):
             verdict += f"\n[dim]unsupported: {row['unsupported_cases']} case(s) not run[/]"
+        if row.get("repeated_cases"):
+            verdict += f"\n[dim]repeated: {row['repeated_cases']} case(s) not judged again[/]"
+        if not found and row["cases"] < MIN_CASES:
+            verdict += f"\n[yellow]only {row['cases']} case(s): give it a longer --budget[/]"
         table.add_row(
             escape(row["target"]),
             escape(row["implementation"]),

@@ -29,6 +29,7 @@ def summary_rows(state: RunState, stats: Stats) -> list[dict[str, Any]]:
         done = stats.done.get((t, spec), [])
         known_hits: dict[str, int] = {}
         unsupported: dict[str, int] = {}
+        repeats = sum(_count(event.get("repeats")) for event in done)
         for event in done:
             for sig, n in (event.get("known_hits") or {}).items():
                 known_hits[sig] = known_hits.get(sig, 0) + int(n)
@@ -49,6 +50,8 @@ def summary_rows(state: RunState, stats: Stats) -> list[dict[str, Any]]:
             # cases the implementation cannot express: turned away, never run nor passed
             "unsupported_cases": sum(unsupported.values()),
             "unsupported": unsupported,
+            # generated again after being judged once: counted, not judged (fuzzkit.seen)
+            "repeated_cases": repeats,
             "operations": reach.get("operations", {}),
             "reach": reach.get("thresholds", []),
         }
@@ -118,3 +121,8 @@ def write_summary(
 
 def _read(event: Event) -> str:
     return Path(event["case"]).read_text()
+
+
+def _count(value: object) -> int:
+    """A count from an event (absent in events of older runs: 0)."""
+    return value if isinstance(value, int) else 0

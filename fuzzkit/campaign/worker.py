@@ -14,10 +14,16 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from fuzzkit.campaign.channel import Channel, FileChannel
 from fuzzkit.campaign.model import WorkerSpec
+
+# Cases every item of a worker is given before any item gets more (the run's table says when a
+# pair stayed below it): with equal shares a slow pair (Inductor compiling each graph, a Triton
+# kernel interpreted on the CPU) ran a handful of cases in a short ``run --all`` while a fast one
+# ran thousands.
+from fuzzkit.campaign.progress import MIN_CASES
 
 
 def _watch_parent(parent_pid: int) -> None:
@@ -91,12 +97,16 @@ def worker_main(
             for tname, ispec in spec.items:
                 target = get_target(tname)
                 resolved.append((target, resolve_implementation(target, ispec), ispec))
-        for k, (target, impl, ispec) in enumerate(resolved):
-            share = (deadline - time.monotonic()) / (len(resolved) - k)
+        jobs = [
+            ItemJob(spec, target, impl, ispec, 0.0, channel, meter)
+            for target, impl, ispec in resolved
+        ]
+        for job, share, max_cases in shares_by_need(jobs, deadline):
             if share <= 0.05:
-                break
-            job = ItemJob(spec, target, impl, ispec, share, channel, meter)
+                continue
+            job.next_pass(share, max_cases)
             result = run_item(job)
+            job.close_pass(result)
             totals["cases"] += result.cases
             totals["findings"] += job.findings
     except BaseException as exc:
@@ -105,6 +115,43 @@ def worker_main(
         raise
     _exit_event(channel, "ok", None, totals, start)
     return {"worker": spec.worker, **totals}
+
+
+def shares_by_need(jobs: list[Any], deadline: float) -> Iterator[tuple[Any, float, int | None]]:
+    """The worker's budget, shared by need: ``(job, seconds, max_cases)`` per pass, computed
+    as each pass starts (so time an item leaves unused goes to the items after it).
+
+    With one item, or an engine other than Hypothesis, one pass per item with an equal share of
+    what is left.  Otherwise two passes: first every item runs until it has ``MIN_CASES``
+    cases, for at most an equal share of the whole budget (a fast pair needs a second, a slow
+    one all of its share); then what is left is shared equally, each item continuing where it
+    stopped (its seen-set and chunk seeds carry over, so no case is judged twice).  A slow pair
+    thus gets its equal share plus an equal part of what the fast ones did not need."""
+    if not jobs:
+        return
+    plan = jobs[0].plan
+    if len(jobs) == 1 or plan.engine != "hypothesis":
+        for k, job in enumerate(jobs):
+            yield job, (deadline - time.monotonic()) / (len(jobs) - k), plan.max_cases
+        return
+    equal = (deadline - time.monotonic()) / len(jobs)
+    first = MIN_CASES if plan.max_cases is None else min(MIN_CASES, plan.max_cases)
+    for job in jobs:
+        yield job, min(equal, deadline - time.monotonic()), first
+    going = [job for job in jobs if _wants_more(job)]
+    for k, job in enumerate(going):
+        left = None if plan.max_cases is None else plan.max_cases - job.cases_before
+        yield job, (deadline - time.monotonic()) / (len(going) - k), left
+
+
+def _wants_more(job: Any) -> bool:
+    """Whether a second pass can still do something for the item."""
+    plan = job.plan
+    if plan.max_cases is not None and job.cases_before >= plan.max_cases:
+        return False
+    if plan.max_findings is not None and job.findings >= plan.max_findings:
+        return False
+    return True
 
 
 def process_main(spec: WorkerSpec) -> None:

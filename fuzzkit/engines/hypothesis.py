@@ -24,6 +24,7 @@ from hypothesis.errors import Flaky
 
 from fuzzkit.case import Case
 from fuzzkit.runner import Verdict, check_case
+from fuzzkit.seen import SeenSet
 from fuzzkit.shrink.hook import minimize
 from fuzzkit.target import UNSUPPORTED, Implementation, Inputs, Target, count_unsupported
 
@@ -78,6 +79,9 @@ class FuzzResult:
     #: Cases the implementation cannot express, by reason: turned away by its own strategy or
     #: raising :class:`~fuzzkit.target.Unsupported`; never counted in ``cases``.
     unsupported: dict[str, int] = dataclasses.field(default_factory=dict)
+    #: Generated cases equal to one judged earlier in the run (:mod:`fuzzkit.seen`): not judged
+    #: again and never counted in ``cases``.
+    repeats: int = 0
 
     @property
     def cases_per_second(self) -> float:
@@ -108,6 +112,12 @@ class _ShrinkTimeUp(BaseException):
 #: these bounds (seconds).  Shrinking earlier in the run counts against the budget itself, and
 #: one finding shrinks for at most a quarter of the budget (or the grace, if longer).
 SHRINK_GRACE = (2.0, 30.0)
+#: The first chunk of a run, before any case rate is measured, is sized from the budget at this
+#: many cases per second (within these bounds); the deadline stops a chunk in the middle anyway,
+#: so a slow pair loses nothing, and a fast one does not pay for a new Hypothesis run every ten
+#: cases (the fixed first chunk of 10 was all Inductor ever ran in a short run).
+FIRST_CHUNK_RATE = 20.0
+FIRST_CHUNK_BOUNDS = (10, 1000)
 SHRINK_FRACTION = 0.2
 OVERRUN_FRACTION = 0.05
 
@@ -133,6 +143,8 @@ def fuzz(
     history: int = 64,
     steer: Callable[[], float] | None = None,
     max_cases: int | None = None,
+    seen: SeenSet | None = None,
+    first_chunk: int = 0,
 ) -> FuzzResult:
     """Fuzz ``impl`` against ``target``'s reference for about ``budget`` seconds (or until
     ``max_cases`` generated cases, whichever comes first).
@@ -152,7 +164,11 @@ def fuzz(
     run (at most ``history`` of them), ``first`` the ``(inputs, history)`` of the signature's
     first occurrence, before shrinking.  ``steer()`` (e.g. :meth:`fuzzkit.branches.Meter.novelty`)
     scores each case for ``hypothesis.target``, so Hypothesis mutates the cases that reached new
-    branches.  ``checker(target, impl, inputs, *, properties,
+    branches.  ``seen`` holds the fingerprints of cases judged already (a fresh set by default;
+    pass one to share it between runs of the same item): a generated case equal to one of them is
+    counted in ``repeats`` and not judged again.  ``first_chunk`` continues the chunk seeds of an
+    earlier run of the same item and seed (the second pass of a worker) instead of replaying
+    its cases.  ``checker(target, impl, inputs, *, properties,
     timeout) -> Verdict`` replaces :func:`~fuzzkit.runner.check_case` for every case, e.g. an
     :class:`~fuzzkit.isolation.IsolatedChecker` that runs cases in a child process.
     """
@@ -179,6 +195,7 @@ def fuzz(
     operations = OperationCounts()
     thresholds = target.thresholds_for(impl)
     reached = reach.ReachCounter(thresholds, target.sizes) if thresholds and target.sizes else None
+    seen = SeenSet() if seen is None else seen
     recent: collections.deque[Inputs] = collections.deque(maxlen=max(1, history))
     others: collections.Counter[str] = collections.Counter()
     known_hits: collections.Counter[str] = collections.Counter()
@@ -210,6 +227,10 @@ def fuzz(
             return  # libFuzzer's -runs: the generation budget is spent (shrinking may finish)
         if not chase and result.cases and time.monotonic() >= deadline:
             raise _BudgetSpent()
+        # While a failure is being shrunk every attempt is judged: Hypothesis must see it fail.
+        if not chase and seen.repeat(inputs):
+            result.repeats += 1
+            return
         result.cases += 1
         if on_case is not None:
             on_case(result.cases)
@@ -295,13 +316,13 @@ def fuzz(
         return max_findings is not None and len(found) >= max_findings
 
     def _search() -> None:
-        chunk, rate = 0, None
+        chunk, rate = first_chunk, None
         while not enough():
             remaining = deadline - time.monotonic()
-            if remaining <= 0 and chunk > 0:
+            if remaining <= 0 and chunk > first_chunk:
                 break
             if rate is None:
-                examples = 10
+                examples = first_chunk_size(budget)
             else:
                 examples = int(max(1, min(remaining * rate, 5000, max(20, rate * 5))))
             if max_cases is not None:
@@ -338,7 +359,7 @@ def fuzz(
             if done and spent > 0:
                 rate = done / spent
             if done == 0:
-                break  # the strategy is exhausted (tiny search spaces)
+                break  # the strategy is exhausted (tiny search spaces: only repeats left)
         # Signatures seen only while another was being shrunk: findings too, polished by ddmin.
         for signature, (inputs, failure, before) in first_seen.items():
             if enough():
@@ -377,6 +398,12 @@ def fuzz(
     result.reach = [c.to_json() for c in reached.crossings()] if reached is not None else []
     result.unsupported = dict(collections.Counter(UNSUPPORTED) - unsupported_before)
     return result
+
+
+def first_chunk_size(budget: float) -> int:
+    """How many examples the first chunk of a run of ``budget`` seconds asks for."""
+    low, high = FIRST_CHUNK_BOUNDS
+    return int(min(high, max(low, budget * FIRST_CHUNK_RATE)))
 
 
 def _polish(
