@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from hypothesis import strategies as st
@@ -139,20 +140,48 @@ def size(
     above one (up to its ``cap``), always inside ``[lo, hi]``.  ``hi`` is the largest size a case
     may have at all; ``base`` is the usual, cheap distribution (which may stop far below ``hi``).
     """
-    mine = [t for t in of_size(thresholds, name) if t.boundaries(lo, hi)]
-    base = st.integers(lo, hi) if base is None else base
-    if not mine:
-        return int(draw(base))
-    mode = draw(st.integers(0, 99))
+    plan = _size_plan(tuple(thresholds), name, lo, hi)
+    if plan is None:
+        return int(draw(st.integers(lo, hi) if base is None else base))
+    mode = draw(_PERCENT)
     if mode < BASE_CUT:
-        return int(draw(base))
-    threshold = draw(st.sampled_from(mine))
-    if mode >= ABOVE_CUT:
+        return int(draw(plan.base if base is None else base))
+    k = draw(plan.which)
+    if mode >= ABOVE_CUT and plan.above[k] is not None:
+        return int(draw(plan.above[k]))
+    return int(draw(plan.boundaries[k]))
+
+
+_PERCENT = st.integers(0, 99)
+
+
+@dataclasses.dataclass(frozen=True)
+class _SizePlan:
+    """The strategies :func:`size` draws from for one size and range, built once: a case draws
+    dozens of sizes, and building strategies per draw cost a visible share of generation."""
+
+    base: st.SearchStrategy[int]
+    which: st.SearchStrategy[int]  # index of the threshold
+    above: tuple[st.SearchStrategy[int] | None, ...]  # sizes well above each, if any
+    boundaries: tuple[st.SearchStrategy[int], ...]
+
+
+@functools.lru_cache(maxsize=4096)
+def _size_plan(thresholds: tuple[Threshold, ...], name: str, lo: int, hi: int) -> _SizePlan | None:
+    mine = [t for t in of_size(thresholds, name) if t.boundaries(lo, hi)]
+    if not mine:
+        return None
+    above: list[st.SearchStrategy[int] | None] = []
+    for threshold in mine:
         top = _top(threshold, hi)
         start = max(lo, 2 * threshold.value + 2)
-        if top is not None and top > start:
-            return int(draw(st.integers(start, top)))
-    return int(draw(st.sampled_from(threshold.boundaries(lo, hi))))
+        above.append(st.integers(start, top) if top is not None and top > start else None)
+    return _SizePlan(
+        base=st.integers(lo, hi),
+        which=st.integers(0, len(mine) - 1),
+        above=tuple(above),
+        boundaries=tuple(st.sampled_from(t.boundaries(lo, hi)) for t in mine),
+    )
 
 
 def sizes(

@@ -7,7 +7,6 @@ Every engine (Hypothesis, atheris, replay, shrink, the pytest plugin) goes throu
 from __future__ import annotations
 
 import contextlib
-import copy
 import dataclasses
 import importlib.util
 import os
@@ -21,6 +20,7 @@ from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any, Iterator
 
+from fuzzkit.copying import copy_inputs
 from fuzzkit.failure import Failure
 from fuzzkit.target import Implementation, Inputs, Target, Unsupported, lazy
 
@@ -116,14 +116,14 @@ def _check_once(
     try:
         with time_limit(timeout):
             try:
-                expected = target.reference(copy.deepcopy(inputs))
+                expected = target.reference(copy_inputs(inputs))
             except CaseTimeout:
                 raise
             except Exception as exc:  # noqa: BLE001 - every exception is a verdict
                 _raise_if_timed_out(exc)
                 return Verdict(crash_failure(exc, where="reference"))
             try:
-                actual = impl.fn(copy.deepcopy(inputs))
+                actual = impl.fn(copy_inputs(inputs))
             except CaseTimeout:
                 raise
             except Unsupported as exc:
@@ -147,7 +147,10 @@ def _check_once(
                 guarded = _copying(impl.fn)
                 for prop in target.properties:
                     try:
-                        failure = prop.check(guarded, copy.deepcopy(inputs))
+                        if prop.uses_output:  # reuses the run just judged
+                            failure = prop.check(guarded, copy_inputs(inputs), actual)
+                        else:
+                            failure = prop.check(guarded, copy_inputs(inputs))
                     except CaseTimeout:
                         raise
                     except Exception as exc:  # noqa: BLE001
@@ -180,7 +183,7 @@ def _localized(target: Target, impl: Implementation, inputs: Inputs, failure: Fa
     """
     assert target.localize is not None
     try:
-        located = target.localize(_copying(impl.fn), copy.deepcopy(inputs), failure)
+        located = target.localize(_copying(impl.fn), copy_inputs(inputs), failure)
     except CaseTimeout:
         raise
     except Exception as exc:  # noqa: BLE001 - a broken hook must not hide the finding
@@ -204,7 +207,7 @@ def _localized(target: Target, impl: Implementation, inputs: Inputs, failure: Fa
 
 def _copying(fn: Any) -> Any:
     """``fn`` that gets its own copy of its inputs on every call (properties call it often)."""
-    return lambda inputs: fn(copy.deepcopy(inputs))
+    return lambda inputs: fn(copy_inputs(inputs))
 
 
 def crash_failure(exc: BaseException, *, where: str, code: CodeUnderTest | None = None) -> Failure:

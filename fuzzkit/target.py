@@ -35,8 +35,9 @@ if TYPE_CHECKING:
 Inputs = dict[str, Any]
 Outputs = Any
 Oracle = Callable[[Inputs, Outputs, Outputs], Failure | None]
-#: A property runs one implementation (possibly several times, for metamorphic relations).
-PropertyCheck = Callable[[Callable[[Inputs], Outputs], Inputs], Failure | None]
+#: A property runs one implementation (possibly several times, for metamorphic relations):
+#: ``check(run, inputs)``, or ``check(run, inputs, output)`` with ``Property.uses_output``.
+PropertyCheck = Callable[..., Failure | None]
 
 
 class Unsupported(Exception):
@@ -188,6 +189,10 @@ class Property:
     name: str
     check: PropertyCheck
     description: str = ""
+    #: ``check(run, inputs, output)``: also given the implementation's output on ``inputs``,
+    #: which the runner has just computed and judged -- a relation comparing a variant with the
+    #: unchanged case need not run the case again.  The output is shared: read it, never change it.
+    uses_output: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
