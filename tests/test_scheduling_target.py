@@ -137,7 +137,8 @@ def _lying(transform: Any) -> Any:
 def test_relations_hold_on_the_clean_simulator() -> None:
     case = _case({"name": "fairway", "beta": 5, "short_queue": None})
     for prop in properties.PROPERTIES:
-        assert prop.check(_run, case) is None, prop.name
+        output = (_run(case),) if prop.uses_output else ()
+        assert prop.check(_run, case, *output) is None, prop.name
 
 
 def test_scale_invariance_fails_when_a_time_constant_is_not_scaled() -> None:
@@ -146,7 +147,8 @@ def test_scale_invariance_fails_when_a_time_constant_is_not_scaled() -> None:
             case["config"]["policy"]["beta"] //= properties.SCALE * 3
         return case
     case = _case({"name": "fairway", "beta": 6, "short_queue": None})
-    failure = properties.scale_invariance(_lying(forget_beta_scaling), case)
+    run = _lying(forget_beta_scaling)
+    failure = properties.scale_invariance(run, case, run(case))
     assert failure is not None and failure.signature.endswith("scale_invariance")
 
 

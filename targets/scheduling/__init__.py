@@ -34,8 +34,9 @@ def run_with(policies: Any, routers: Any, inputs: dict[str, Any], memory_class: 
     from fuzzkit.targets.scheduling.sim import simulate
 
     requests = [Request.from_json(r) for r in inputs["requests"]]
-    return simulate(inputs["config"], requests, policies, routers, memory_class or KVMemory,
-                    admissions)
+    output = simulate(inputs["config"], requests, policies, routers, memory_class or KVMemory,
+                      admissions)
+    return output
 
 
 def _reference(inputs: dict[str, Any]) -> dict[str, Any]:

@@ -19,6 +19,9 @@ class PrefixCache:
         self.capacity = capacity_blocks
         self._lru: OrderedDict[int, None] = OrderedDict()  # least recently used first
         self.version = 0  # bumped whenever the resident set changes
+        #: Blocks that entered or left since the owner last cleared it: only the waiting
+        #: requests whose prompts hold one of them can have another hit now.
+        self.changed: set[int] = set()
 
     def __len__(self) -> int:
         return len(self._lru)
@@ -40,15 +43,17 @@ class PrefixCache:
         least recently used blocks beyond capacity."""
         if self.capacity == 0 or not blocks:
             return
-        before = len(self._lru)
-        kept = list(blocks[: self.capacity])
-        for block in reversed(kept):  # leaf first: the root ends up most recent
-            self._lru[block] = None
-            self._lru.move_to_end(block)
-        added = len(self._lru) - before
-        evicted = 0
-        while len(self._lru) > self.capacity:
-            self._lru.popitem(last=False)
-            evicted += 1
-        if added or evicted:
+        lru, changed = self._lru, self.changed
+        touched = False
+        for block in reversed(blocks[: self.capacity]):  # leaf first: the root ends up most recent
+            if block in lru:
+                lru.move_to_end(block)
+            else:
+                lru[block] = None
+                changed.add(block)
+                touched = True
+        while len(lru) > self.capacity:
+            changed.add(lru.popitem(last=False)[0])
+            touched = True
+        if touched:
             self.version += 1

@@ -161,6 +161,12 @@ class KVMemory:
         s = self.sessions.get(sid)
         return (-1 if s is None else s.version, self.shared_version)
 
+    def shared_resident(self, shared: tuple[int, ...]) -> bool:
+        """Whether every block of a shared prefix is in the pool: all that :meth:`plan` reads of
+        the shared pool, so a turn for which this did not change when ``shared_version`` did
+        keeps its plan (if its session's version did not change either)."""
+        return all(block in self.shared_refs for block in shared)
+
     def plan(self, sid: int, shared: tuple[int, ...], prompt: int) -> Plan:
         """Token ranges of ``prompt`` that are not resident (to recompute, at their positions)
         and the number of blocks to reload from the CPU tier.  The last prompt token is always
@@ -168,7 +174,7 @@ class KVMemory:
         b = self.block_size
         s = self.sessions.get(sid)
         ranges: list[tuple[int, int]] = []
-        if shared and not all(block in self.shared_refs for block in shared):
+        if shared and not self.shared_resident(shared):
             ranges.append((0, min(len(shared) * b, prompt)))
         reload_blocks = 0
         for index in range(len(shared), (prompt + b - 1) // b):

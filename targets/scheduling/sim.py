@@ -23,6 +23,7 @@ order — which is what the reference and optimized policies must agree on step 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import heapq
 from types import ModuleType
 from typing import Any, Mapping, Optional
@@ -53,6 +54,13 @@ DEFAULTS: dict[str, Any] = {
 }
 
 _SCALE_UP, _STEP_END, _ARRIVE, _RELEASE = 0, 1, 2, 3
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _prefix_key(blocks: tuple[int, ...]) -> int:
+    """The router's key of a prompt's first blocks (a pure function, computed once per prefix:
+    every run of a case and of its variants routes the same prompts)."""
+    return stable_hash("prefix", *blocks)
 
 
 class Stop(Exception):
@@ -129,14 +137,16 @@ class _Prefill:
     rid: int
     segments: list[list[int]]
     extra: int = 0
+    #: tokens still to compute (the segments' total, kept as they are consumed: read every step)
+    remaining: int = dataclasses.field(init=False)
 
-    @property
-    def remaining(self) -> int:
-        return sum(end - start for start, end in self.segments)
+    def __post_init__(self) -> None:
+        self.remaining = sum(end - start for start, end in self.segments)
 
     def take(self, tokens: int, cost: CostModel) -> int:
         """Consume ``tokens`` from the front; return their cost (each at its own positions)."""
         total, self.extra = self.extra, 0
+        self.remaining -= tokens
         while tokens > 0:
             start, end = self.segments[0]
             n = min(tokens, end - start)
@@ -166,7 +176,11 @@ class Instance:
                 cpu_blocks=int(config.memory.get("cpu_blocks", 0)),
                 reload_per_block=int(config.memory.get("reload_per_block", 0)))
         self.deferred: list[Waiting] = []  # dispatched but waiting for KV memory, FIFO
-        self._plan_keys: dict[int, tuple[int, int]] = {}  # rid -> memory.plan_key it was priced at
+        # memory mode: rid -> (memory.plan_key, memory.shared_resident) it was priced at
+        self._plan_keys: dict[int, tuple[tuple[int, int], bool]] = {}
+        # prefix-cache mode: block -> the waiting rids whose prompt holds it (what a change of
+        # that block's residency may reprice)
+        self._waiting_on: dict[int, set[int]] = {}
         self.waiting: dict[int, Waiting] = {}
         self.prefilling: list[_Prefill] = []
         self.decoding: dict[int, int] = {}  # rid -> tokens still to generate
@@ -201,6 +215,41 @@ class Instance:
     def price(self, request: Request, sid: int) -> tuple[int, int]:
         hit, cost, _, _ = self.plan(request, sid)
         return hit, cost
+
+    def shared_blocks(self, request: Request) -> tuple[int, ...]:
+        """The blocks of ``request``'s prefix shared with other sessions (memory mode)."""
+        return request.blocks[: request.shared // self.config.block_size]
+
+    def memory_key(self, request: Request, sid: int) -> tuple[tuple[int, int], bool]:
+        """What the memory's plan for ``request`` depends on (see :meth:`_stale_in_memory`)."""
+        assert self.memory is not None
+        return (self.memory.plan_key(sid),
+                self.memory.shared_resident(self.shared_blocks(request)))
+
+    def prompt_blocks(self, request: Request) -> tuple[int, ...]:
+        """The blocks a prefix-cache hit of ``request`` is matched on."""
+        return request.blocks[: request.prompt // self.config.block_size]
+
+    def wait_on(self, request: Request) -> None:
+        """Index a waiting request under its prompt blocks (prefix-cache mode)."""
+        for block in self.prompt_blocks(request):
+            self._waiting_on.setdefault(block, set()).add(request.rid)
+
+    def stop_waiting_on(self, request: Request) -> None:
+        for block in self.prompt_blocks(request):
+            rids = self._waiting_on[block]
+            rids.discard(request.rid)
+            if not rids:
+                del self._waiting_on[block]
+
+    def touched(self) -> list[int]:
+        """The waiting rids whose prompts hold a block that entered or left the prefix cache
+        since the last call, in queue order: no other waiting request can have another hit."""
+        rids: set[int] = set()
+        for block in self.cache.changed:
+            rids.update(self._waiting_on.get(block, ()))
+        self.cache.changed.clear()
+        return sorted(rids, key=lambda rid: self.waiting[rid].key)
 
 
 class Simulation:
@@ -308,7 +357,7 @@ class Simulation:
 
     def _release(self, request: Request) -> None:
         loads = [i.load for i in self.instances]
-        key = stable_hash("prefix", *request.blocks[: self.config.prefix_blocks])
+        key = _prefix_key(tuple(request.blocks[: self.config.prefix_blocks]))
         chosen = self.router.route(key, loads)
         off = not isinstance(chosen, int) or not 0 <= chosen < len(self.instances)
         if off:  # pragma: no cover - a router off protocol
@@ -319,7 +368,9 @@ class Simulation:
         instance = self.instances[chosen]
         hit, cost = instance.price(request, self.sid[request.rid])
         if instance.memory is not None:
-            instance._plan_keys[request.rid] = instance.memory.plan_key(self.sid[request.rid])
+            instance._plan_keys[request.rid] = instance.memory_key(request, self.sid[request.rid])
+        else:
+            instance.wait_on(request)
         waiting = Waiting(request.rid, self.now, cost, hit)
         instance.waiting[request.rid] = waiting
         instance.queue.push(waiting)
@@ -330,19 +381,35 @@ class Simulation:
             return
         instance._priced_at = instance.version
         memory = instance.memory
-        for rid, old in list(instance.waiting.items()):
-            if memory is not None:  # skip requests whose session's residency did not change
-                key = memory.plan_key(self.sid[rid])
-                if instance._plan_keys.get(rid) == key:
-                    continue
-                instance._plan_keys[rid] = key
+        if memory is None:  # only the requests whose prompt blocks came or went
+            stale = instance.touched()
+        else:
+            stale = self._stale_in_memory(instance)
+        for rid in stale:
+            old = instance.waiting[rid]
             hit, cost = instance.price(self.requests[rid], self.sid[rid])
-            if (hit, cost) != (old.hit, old.cost):
-                instance.waiting[rid] = dataclasses.replace(old, hit=hit, cost=cost)
+            if hit != old.hit or cost != old.cost:
+                instance.waiting[rid] = Waiting(rid, old.arrival, cost, hit)
                 instance.queue.reprice(rid, cost, hit)
 
-    def _room(self, instance: Instance) -> bool:
-        return len(instance.prefilling) + len(instance.decoding) < self.config.max_running
+    def _stale_in_memory(self, instance: Instance) -> list[int]:
+        """The waiting rids whose plan may have changed: their session's residency changed, or
+        whether their shared prefix is all resident did (the memory's plan reads nothing else;
+        most changes of the shared pool concern other prefixes)."""
+        memory = instance.memory
+        assert memory is not None
+        stale = []
+        for rid in instance.waiting:
+            sid = self.sid[rid]
+            key = memory.plan_key(sid)
+            priced = instance._plan_keys.get(rid)
+            if priced is not None and priced[0] == key:
+                continue  # nothing it depends on changed
+            now = instance.memory_key(self.requests[rid], sid)
+            instance._plan_keys[rid] = now
+            if priced is None or priced[0][0] != now[0][0] or priced[1] != now[1]:
+                stale.append(rid)
+        return stale
 
     def _start_step(self, instance: Instance) -> None:
         config = self.config
@@ -350,6 +417,12 @@ class Simulation:
             memory = instance.memory
             self._admitted(self.admission.tick(self.now, memory.free, memory.capacity),
                            config.cost.k0)
+        if not (instance.waiting or instance.deferred or instance.prefilling
+                or instance.decoding):
+            # idle (most calls): no step to form, and no waiting request a cache change
+            # could reprice
+            instance.cache.changed.clear()
+            return
         budget = config.token_budget
         decodes = [] if config.serial else list(instance.decoding)
         budget -= len(decodes)
@@ -362,8 +435,11 @@ class Simulation:
                 budget -= take
         self._reprice(instance)
         held = blocked = False
+        max_running = config.max_running
+        prefilling, decoding = instance.prefilling, instance.decoding
         while (budget > 0 and (instance.waiting or instance.deferred)
-               and not (config.serial and chunks) and self._room(instance)):
+               and not (config.serial and chunks)
+               and len(prefilling) + len(decoding) < max_running):  # room for one more
             if instance.deferred:
                 seen = instance.deferred[0]
             else:
@@ -379,6 +455,8 @@ class Simulation:
                                "there)", rid=rid, inst=instance.index)
                 seen = instance.waiting.pop(rid)
                 instance._plan_keys.pop(rid, None)
+                if instance.memory is None:
+                    instance.stop_waiting_on(self.requests[rid])
                 self.events.append({"op": "dispatch", "t": self.now, "inst": instance.index,
                                     "rid": rid, "hit": seen.hit, "cost": seen.cost})
                 self.record[rid].update(dispatch=self.now, hit=seen.hit)
@@ -397,10 +475,12 @@ class Simulation:
             if held or blocked:  # pragma: no branch - an idle instance fits any one turn
                 self.steps.append(self._step_record(instance, 0, 0, budget, blocked))
             return
-        duration = config.cost.k0 + config.cost.decode * len(decodes) + sum(
-            prefill.take(take, config.cost) for prefill, take in chunks)
-        self.steps.append(self._step_record(instance, len(decodes),
-                                            sum(take for _, take in chunks), budget, blocked))
+        cost = config.cost
+        duration, tokens = cost.k0 + cost.decode * len(decodes), 0
+        for prefill, take in chunks:
+            duration += prefill.take(take, cost)
+            tokens += take
+        self.steps.append(self._step_record(instance, len(decodes), tokens, budget, blocked))
         instance.busy = True
         instance._step = (chunks, decodes)
         self._push(self.now + duration, _STEP_END, instance.index)

@@ -26,7 +26,8 @@ DEFAULT_FALLBACK = 128
 
 def _is_int(value: object) -> bool:
     """Ticks, costs and hits are plain ints so every comparison is exact (bool is not a count)."""
-    return isinstance(value, int) and not isinstance(value, bool)
+    # the exact type first: every price of every push and reprice comes through here
+    return type(value) is int or (isinstance(value, int) and not isinstance(value, bool))
 
 
 def check_count(name: str, value: object, *, allow_none: bool) -> None:
