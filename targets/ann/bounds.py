@@ -33,7 +33,7 @@ from typing import Any, Mapping, Optional
 import numpy as np
 
 from fuzzkit.oracles.close import ROUNDING_SLACK, gamma
-from fuzzkit.targets.ann import model
+from fuzzkit.targets.ann import brute, model
 from fuzzkit.targets.quant import checks as quant_checks
 from fuzzkit.targets.quant import reference as quant_reference
 
@@ -55,7 +55,7 @@ def exact_slack(x: np.ndarray, q: np.ndarray, metric: str) -> np.ndarray:
     dim = x64.shape[1]
     underflow = dim * (TINY32 + TINY64)
     if metric == "l2":
-        magnitude = model.distance(x64[None, :, :], q64[:, None, :], "l2")
+        magnitude = brute.distances(x, q, "l2")  # the model's l2 distance itself
         return (_g(dim + 2) + _g(dim + 2, U64)) * magnitude + underflow
     magnitude = np.abs(q64) @ np.abs(x64).T
     return (_g(dim) + _g(dim, U64)) * magnitude + underflow

@@ -159,62 +159,132 @@ def check_cells(p: Params, expected: Mapping[str, Any],
     aux = expected["aux"]
     cell_of, centre = aux["cell_of"], aux["centre_distance"]
     n = cell_of.shape[1]
-    table = np.asarray(actual["cell_table"])
+    table = np.asarray(actual["cell_table"]).astype(np.int64)
     coords = np.asarray(actual["cell_coords"])
-    for i in range(cells):
-        listed = members[offsets[i]:offsets[i + 1]].astype(np.int64)
-        l, c = int(table[i]), coords[i]
-        where = {"cell": i, "table": l, "coords": c.tolist(), "members": listed.tolist()}
-        true = np.flatnonzero(np.all(cell_of[l] == c, axis=1))
-        if np.any((listed < 0) | (listed >= n)) or np.unique(listed).size != listed.size:
-            return _fail("cells:members", f"cell {l}:{c.tolist()} lists ids {listed.tolist()}: "
-                         "out of range or repeated", **where)
-        strangers = np.setdiff1d(listed, true)
-        if strangers.size:
-            return _fail("cells:members", f"cell {l}:{c.tolist()} lists {strangers.tolist()}, "
-                         f"which fall in other cells", **where)
-        if listed.size != min(p.C, true.size):
-            return _fail("cells:capacity", f"cell {l}:{c.tolist()} lists {listed.size} ids, "
-                         f"expected min(C={p.C}, {true.size} members)", **where)
-        d = centre[l, listed]
-        if np.any((d[1:] < d[:-1]) | ((d[1:] == d[:-1]) & (listed[1:] <= listed[:-1]))):
-            return _fail("cells:order", f"cell {l}:{c.tolist()}: list {listed.tolist()} is not "
-                         f"sorted by (distance to centre, id): {d.tolist()}", **where)
-        left_out = np.setdiff1d(true, listed)
-        if listed.size and left_out.size and centre[l, left_out].min() < d.max():
-            j = int(left_out[np.argmin(centre[l, left_out])])
-            return _fail("cells:nearest", f"cell {l}:{c.tolist()} keeps {listed.tolist()} "
-                         f"(farthest {d.max()!r}) but leaves out id {j} at {centre[l, j]!r} "
-                         "from the centre", left_out=j, **where)
-    return None
+    members = members.astype(np.int64)
+    sizes = np.diff(offsets)
+    home = _true_cells(cell_of, table)  # (L, n): the row of each id's cell, per table
+    population = np.bincount(home.ravel(), minlength=cells)[:cells]
+    # every listed id, with its cell and that cell's table
+    cell = np.repeat(np.arange(cells), sizes)
+    l_of = table[cell]
+    in_range = (members >= 0) & (members < n)
+    j = np.where(in_range, members, 0)
+    by_cell = np.lexsort((members, cell))
+    repeat = np.zeros(members.size, dtype=bool)
+    repeat[by_cell[1:]] = ((cell[by_cell][1:] == cell[by_cell][:-1])
+                           & (members[by_cell][1:] == members[by_cell][:-1]))
+    bad_members = _per_cell(~in_range | repeat, cell, cells)
+    stranger = in_range & (home[l_of, j] != cell)
+    strangers = _per_cell(stranger, cell, cells)
+    capacity = sizes != np.minimum(p.C, population)
+    d = centre[l_of, j]
+    same = cell[1:] == cell[:-1]
+    step = same & ((d[1:] < d[:-1]) | ((d[1:] == d[:-1]) & (members[1:] <= members[:-1])))
+    unordered = _per_cell(np.concatenate([[False], step]), cell, cells)
+    listed_home = np.zeros(cell_of.shape[:2], dtype=bool)
+    listed_home[l_of[~stranger & in_range], j[~stranger & in_range]] = True
+    farthest = np.full(cells, -np.inf)
+    np.maximum.at(farthest, cell, d)
+    nearest_left = np.full(cells, np.inf)
+    np.minimum.at(nearest_left, home[~listed_home], centre[~listed_home])
+    too_far = (sizes > 0) & (nearest_left < farthest)
+    failing = bad_members | strangers | capacity | unordered | too_far
+    if not failing.any():
+        return None
+    i = int(np.argmax(failing))
+    listed = members[offsets[i]:offsets[i + 1]]
+    t, c = int(table[i]), coords[i]
+    where = {"cell": i, "table": t, "coords": c.tolist(), "members": listed.tolist()}
+    true = np.flatnonzero(home[t] == i)
+    if bad_members[i]:
+        return _fail("cells:members", f"cell {t}:{c.tolist()} lists ids {listed.tolist()}: "
+                     "out of range or repeated", **where)
+    if strangers[i]:
+        return _fail("cells:members", f"cell {t}:{c.tolist()} lists "
+                     f"{np.setdiff1d(listed, true).tolist()}, which fall in other cells",
+                     **where)
+    if capacity[i]:
+        return _fail("cells:capacity", f"cell {t}:{c.tolist()} lists {listed.size} ids, "
+                     f"expected min(C={p.C}, {true.size} members)", **where)
+    d = centre[t, listed]
+    if unordered[i]:
+        return _fail("cells:order", f"cell {t}:{c.tolist()}: list {listed.tolist()} is not "
+                     f"sorted by (distance to centre, id): {d.tolist()}", **where)
+    left_out = np.setdiff1d(true, listed)
+    k = int(left_out[np.argmin(centre[t, left_out])])
+    return _fail("cells:nearest", f"cell {t}:{c.tolist()} keeps {listed.tolist()} "
+                 f"(farthest {d.max()!r}) but leaves out id {k} at {centre[t, k]!r} "
+                 "from the centre", left_out=k, **where)
+
+
+def _true_cells(cell_of: np.ndarray, table: np.ndarray) -> np.ndarray:
+    """(L, n): the row of the occupied cell each id falls in, per table.  The rows are the
+    model's occupied cells in (table, coords) order (checked before), so a table's cells are
+    its distinct coords in lexicographic order, starting at the table's first row."""
+    tables, n, m = cell_of.shape
+    home = np.zeros((tables, n), dtype=np.int64)
+    for t in range(tables):
+        order = np.lexsort(tuple(cell_of[t][:, k] for k in reversed(range(m))))
+        ranked = cell_of[t][order]
+        new = np.ones(n, dtype=bool)
+        new[1:] = np.any(ranked[1:] != ranked[:-1], axis=1)
+        home[t, order] = np.searchsorted(table, t) + np.cumsum(new) - 1
+    return home
+
+
+def _per_cell(flags: np.ndarray, cell: np.ndarray, cells: int) -> np.ndarray:
+    """Whether any listed entry of each cell is flagged."""
+    return np.bincount(cell[flags], minlength=cells)[:cells] > 0
 
 
 def check_graph(p: Params, expected: Mapping[str, Any], graph: np.ndarray) -> Optional[Failure]:
-    """Each row: the ``R`` nearest other ids by (distance, id), tie-aware, -1 padded."""
+    """Each row: the ``R`` nearest other ids by (distance, id), tie-aware, -1 padded.  Every
+    row is judged at once; the first failing row is reported, with the first of its checks
+    that fails (row shape, repeats, order, nearest)."""
     dist = expected["aux"]["pair_distance"]
     n = dist.shape[0]
     width = min(p.R, n - 1)
     graph = np.asarray(graph).astype(np.int64)
-    for i in range(n):
-        row = graph[i]
-        live = row[:width]
-        where = {"row": i, "neighbours": row.tolist()}
-        if np.any(row[width:] != -1) or np.any((live < 0) | (live >= n) | (live == i)):
-            return _fail("graph:row", f"graph row {i} = {row.tolist()}: expected {width} ids of "
-                         f"other vectors, then -1 padding", **where)
-        if np.unique(live).size != live.size:
-            return _fail("graph:row", f"graph row {i} = {row.tolist()} repeats an id", **where)
-        d = dist[i, live]
-        if np.any((d[1:] < d[:-1]) | ((d[1:] == d[:-1]) & (live[1:] <= live[:-1]))):
-            return _fail("graph:order", f"graph row {i} = {row.tolist()} is not sorted by "
-                         f"(distance, id): {d.tolist()}", **where)
-        others = np.setdiff1d(np.delete(np.arange(n), i), live)
-        if width and others.size and dist[i, others].min() < d.max():
-            j = int(others[np.argmin(dist[i, others])])
-            return _fail("graph:nearest", f"graph row {i} = {row.tolist()} (farthest "
-                         f"{d.max()!r}) misses id {j} at distance {dist[i, j]!r}", missed=j,
-                         **where)
-    return None
+    if graph.shape != (n, p.R):  # pragma: no cover - defensive: _check_outputs checked it
+        return _fail("graph:row", f"graph has shape {graph.shape}, expected {(n, p.R)}")
+    live = graph[:, :width]
+    own = np.arange(n)[:, None]
+    bad_row = (np.any(graph[:, width:] != -1, axis=1)
+               | np.any((live < 0) | (live >= n) | (live == own), axis=1))
+    safe = np.where(bad_row[:, None], 0, live)
+    ordered = np.sort(safe, axis=1)
+    repeats = ~bad_row & np.any(ordered[:, 1:] == ordered[:, :-1], axis=1)
+    d = np.take_along_axis(dist, safe, axis=1)
+    unordered = ~bad_row & ~repeats & np.any(
+        (d[:, 1:] < d[:, :-1]) | ((d[:, 1:] == d[:, :-1]) & (safe[:, 1:] <= safe[:, :-1])),
+        axis=1)
+    listed = np.zeros((n, n), dtype=bool)
+    np.put_along_axis(listed, safe, True, axis=1)
+    listed[np.arange(n), np.arange(n)] = True
+    others = np.where(listed, np.inf, dist)
+    nearest_other = others.min(axis=1, initial=np.inf)
+    farthest = d.max(axis=1, initial=-np.inf)
+    missing = (~bad_row & ~repeats & ~unordered & (width > 0)
+               & (nearest_other < farthest))
+    failing = bad_row | repeats | unordered | missing
+    if not failing.any():
+        return None
+    i = int(np.argmax(failing))
+    row = graph[i]
+    where = {"row": i, "neighbours": row.tolist()}
+    if bad_row[i]:
+        return _fail("graph:row", f"graph row {i} = {row.tolist()}: expected {width} ids of "
+                     f"other vectors, then -1 padding", **where)
+    if repeats[i]:
+        return _fail("graph:row", f"graph row {i} = {row.tolist()} repeats an id", **where)
+    if unordered[i]:
+        return _fail("graph:order", f"graph row {i} = {row.tolist()} is not sorted by "
+                     f"(distance, id): {d[i].tolist()}", **where)
+    j = int(np.argmin(others[i]))
+    return _fail("graph:nearest", f"graph row {i} = {row.tolist()} (farthest "
+                 f"{d[i].max()!r}) misses id {j} at distance {dist[i, j]!r}", missed=j,
+                 **where)
 
 
 def check_codes(inputs: Mapping[str, Any], expected: Mapping[str, Any],

@@ -16,7 +16,7 @@ looks its default hooks up at call time, so a mutant that patches a module attri
 effect.
 
 Edges of this code (declared in :mod:`fuzzkit.targets.ann.thresholds`, where the strategy aims): the
-graph is built in blocks of ``GRAPH_BLOCK`` rows (a second block from 257 vectors, or 257
+graph is built in blocks of ``GRAPH_BLOCK`` rows (a second block from 65 vectors, or 65
 inserted ones); a graph row meets ``n - 1 < R`` (-1 padding), a cell its capacity ``C``, the
 frontier a query's candidate count, the result ``k > n``, the rerank pool ``max(k, E)``.
 """
@@ -28,6 +28,7 @@ from typing import Any, Callable, Mapping, Optional
 
 import numpy as np
 
+from fuzzkit.oracles.close import ROUNDING_SLACK, gamma
 from fuzzkit.targets.ann import model
 from fuzzkit.targets.ann.model import (Params, cell_centre, cell_coords, face_fraction, project,
                                squared_norm, tables)
@@ -42,8 +43,11 @@ CandidateDistances = Callable[["Index", np.ndarray, np.ndarray], np.ndarray]
 Expand = Callable[["Index", np.ndarray, np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
 GraphBuilder = Callable[[np.ndarray, int, str], np.ndarray]
 
-#: Rows of the float64 distance matrix computed at once when building the graph.
-GRAPH_BLOCK = 256
+#: Rows of the distance matrix screened at once when building the graph.  Small enough that the
+#: second block -- its own row offsets and self exclusion -- is reached by cases of 65 vectors
+#: (every relation rebuilds the graph, so the size of the cases reaching it sets the run's
+#: pace).
+GRAPH_BLOCK = 64
 
 
 @dataclasses.dataclass
@@ -99,22 +103,105 @@ def knn_graph(x: np.ndarray, r: int, metric: str,
               rows: Optional[np.ndarray] = None) -> np.ndarray:
     """The exact kNN graph: per id the ``r`` nearest *other* ids by (float64 model distance,
     id), -1 padded when fewer exist.  ``rows`` restricts it to those ids' rows (an insert's new
-    vectors).  Blocked over rows to bound memory."""
+    vectors).  Blocked over rows to bound memory; each block is screened with a float64 matrix
+    product and decided by the model's own distances (:func:`nearest_rows`)."""
     n = x.shape[0]
     rows = np.arange(n) if rows is None else np.asarray(rows, dtype=np.int64)
     graph = np.full((rows.size, r), -1, dtype=np.int32)
     width = min(r, n - 1)
     if width <= 0:
         return graph
-    ids = np.arange(n)
+    screen = Screen(x, metric)
     for start in range(0, rows.size, GRAPH_BLOCK):
         block = rows[start:start + GRAPH_BLOCK]
-        dist = model.distance(x[None, :, :], x[block, None, :], metric)
-        dist[np.arange(block.size), block] = np.inf
-        key = np.where(ids[None, :] == block[:, None], n, ids[None, :])  # self last
-        order = np.lexsort((key, dist), axis=-1)
-        graph[start:start + block.size, :width] = order[:, :width]
+        graph[start:start + block.size, :width] = nearest_rows(screen, block, width)
     return graph
+
+
+#: The matrix-product screen's error bound, relative to its magnitude (see :class:`Screen`):
+#: twice gamma_(D + 2) at float64's unit roundoff, once more for the norms it is scaled by.
+SCREEN_FACTOR = 4.0
+
+
+@dataclasses.dataclass
+class Screen:
+    """Approximate float64 distances from one matrix product (``|a|^2 + |b|^2 - 2 a.b``, or
+    ``-a.b``) with a bound on how far each is from the model's distance, whatever BLAS kernel
+    computed the product.
+
+    The bound: the vectors are float32, so in float64 every product ``a_d b_d`` and square is
+    exact (no rounding, no underflow: the smallest is 2**-298) and the only errors are the
+    sums'.  Any summation order, with or without FMA, keeps a length-D dot product within
+    ``gamma_D sum |a_d b_d| <= gamma_D |a| |b|`` of the true one, and the norms within
+    ``gamma_D |a|^2``; the expansion's two final roundings make ``gamma_(D+2) (|a| + |b|)^2``
+    for l2 (``gamma_D |a| |b|`` for ip).  The model's left-to-right distance is within the
+    same of the true one (a rounded difference, square and D - 1 additions of non-negative
+    terms).  So ``|screen - model| <= 2 gamma_(D+2) m`` with ``m = (|a| + |b|)^2`` (l2) or
+    ``|a| |b|`` (ip); ``SCREEN_FACTOR`` doubles that for the rounding of the norms ``m`` is
+    computed from.  Every decision is then taken on the model's own distances, computed for
+    the ids whose screened interval reaches the cut: the result is what the float64 model
+    gives, bit for bit, not what the BLAS kernel happened to round."""
+
+    x: np.ndarray          # float32 (n, D)
+    metric: str
+    x64: np.ndarray = dataclasses.field(init=False)
+    norm2: np.ndarray = dataclasses.field(init=False)
+    norm: np.ndarray = dataclasses.field(init=False)
+    relative: float = dataclasses.field(init=False)
+
+    def __post_init__(self) -> None:
+        self.x64 = np.asarray(self.x, dtype=np.float64)
+        self.norm2 = np.einsum("ij,ij->i", self.x64, self.x64)
+        self.norm = np.sqrt(self.norm2)
+        self.relative = SCREEN_FACTOR * gamma(self.x64.shape[1] + 2 + ROUNDING_SLACK, 2.0**-53)
+
+    def distances(self, block: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(approximate distances from the rows ``block`` to every vector, one bound per row
+        that holds for all of that row's distances: the bound above at the largest norm)."""
+        dot = self.x64[block] @ self.x64.T
+        top = self.norm.max(initial=0.0)
+        if self.metric == "ip":
+            np.negative(dot, out=dot)
+            return dot, self.relative * self.norm[block] * top
+        dot *= -2.0
+        dot += self.norm2[block, None]
+        dot += self.norm2[None, :]
+        return dot, self.relative * (self.norm[block] + top) ** 2
+
+
+def nearest_rows(screen: Screen, block: np.ndarray, width: int) -> np.ndarray:
+    """For each id of ``block``, the ``width`` nearest other ids by (model distance, id).
+
+    With ``t`` the ``width``-th smallest upper bound of a row, at least ``width`` ids lie at
+    most ``t`` away, so an id whose lower bound exceeds ``t`` is strictly farther than the
+    ``width``-th nearest and cannot be among them: only the others (ties and near ties of the
+    cut included) get the model's exact distance, and the row is ranked on it."""
+    n = screen.x.shape[0]
+    approx, bound = screen.distances(block)
+    local = np.arange(block.size)
+    approx[local, block] = np.inf
+    # upper bounds approx + bound: the cut is the width-th smallest approx plus the row's bound
+    cut = np.partition(approx, width - 1, axis=1)[:, width - 1] + 2.0 * bound
+    candidate = approx <= cut[:, None]
+    counts = candidate.sum(axis=1)
+    widest = int(counts.max())
+    if 2 * widest >= n:  # ties everywhere: rank whole rows
+        cols = np.broadcast_to(np.arange(n), (block.size, n))
+        live = np.ones((block.size, n), dtype=bool)
+        live[local, block] = False
+        exact = model.distance(screen.x[None, :, :], screen.x[block, None, :], screen.metric)
+    else:
+        row_of, col_of = np.nonzero(candidate)
+        slot = np.arange(row_of.size) - np.repeat(np.cumsum(counts) - counts, counts)
+        cols = np.zeros((block.size, widest), dtype=np.int64)
+        live = np.zeros((block.size, widest), dtype=bool)
+        cols[row_of, slot] = col_of
+        live[row_of, slot] = True
+        exact = model.distance(screen.x[cols], screen.x[block, None, :], screen.metric)
+    exact = np.where(live, exact, np.inf)
+    key = np.where(live, cols, n)
+    order = np.lexsort((key, exact), axis=-1)[:, :width]
+    return np.take_along_axis(cols, order, axis=1)
 
 
 def centre_key(y: np.ndarray, coords: np.ndarray, u: np.ndarray,
@@ -133,11 +220,12 @@ def _cells_of_table(x: np.ndarray, ids: np.ndarray, a: np.ndarray, u: np.ndarray
     key = centre_key(y, coords, u, w)
     order = np.lexsort((ids, key) + tuple(coords[:, j] for j in reversed(range(coords.shape[1]))))
     coords, ids = coords[order], ids[order]
-    starts = np.flatnonzero(np.r_[True, np.any(coords[1:] != coords[:-1], axis=1)])
-    rank = np.arange(ids.size) - np.repeat(starts, np.diff(np.r_[starts, ids.size]))
-    keep = rank < cap
-    sizes = np.minimum(np.diff(np.r_[starts, ids.size]), cap)
-    return coords[starts], sizes, ids[keep]
+    new = np.ones(ids.size, dtype=bool)
+    new[1:] = np.any(coords[1:] != coords[:-1], axis=1)
+    starts = np.flatnonzero(new)
+    population = np.diff(np.append(starts, ids.size))
+    rank = np.arange(ids.size) - np.repeat(starts, population)
+    return coords[starts], np.minimum(population, cap), ids[rank < cap]
 
 
 def build_cells(x: np.ndarray, projections: np.ndarray, offsets: np.ndarray, params: Params,
@@ -158,7 +246,7 @@ def build_cells(x: np.ndarray, projections: np.ndarray, offsets: np.ndarray, par
         "cell_table": np.concatenate(tables) if tables else np.zeros(0, np.int64),
         "cell_coords": (np.concatenate(coords) if coords
                         else np.zeros((0, params.m), np.int64)).astype(np.int64),
-        "cell_offsets": np.r_[0, np.cumsum(sizes_all)].astype(np.int64),
+        "cell_offsets": np.concatenate([[0], np.cumsum(sizes_all)]).astype(np.int64),
         "cell_members": (np.concatenate(lists) if lists else np.zeros(0)).astype(np.int32),
     }
 
@@ -287,25 +375,41 @@ def probed_cells(index: Index, q_vectors: np.ndarray) -> list[list[int]]:
         coords = cell_coords(y, index.offsets[l], p.w)
         fraction = face_fraction(y, index.offsets[l], p.w, coords)
         options = probe_order(fraction, p.P - 1)
-        for i in range(q):
-            probes = [coords[i].copy()]
-            for option in options[i].tolist():
-                c = coords[i].copy()
-                c[option // 2] += 1 if option % 2 else -1
-                probes.append(c)
-            for c in probes:
-                cell = index.cell_keys.get((l,) + tuple(c.tolist()))
+        keys = index.cell_keys
+        for i, (own, moves) in enumerate(zip(coords.tolist(), options.tolist())):
+            for c in [own] + [_moved(own, option) for option in moves]:
+                cell = keys.get((l, *c))
                 if cell is not None:
                     found[i].append(cell)
     return found
 
 
+def _moved(coords: list[int], option: int) -> list[int]:
+    """The adjacent cell of probe option ``option``: coordinate ``option // 2`` one down
+    (even) or up (odd)."""
+    moved = list(coords)
+    moved[option // 2] += 1 if option % 2 else -1
+    return moved
+
+
 def probe(index: Index, q_vectors: np.ndarray) -> list[np.ndarray]:
     """Per query: the candidate ids (int32, sorted, unique) -- the union of its probed cells."""
     off, mem = index.cell_offsets, index.cell_members
-    return [np.unique(np.concatenate([mem[off[c]:off[c + 1]] for c in cells] or
-                                     [np.zeros(0, np.int32)])).astype(np.int32)
-            for cells in probed_cells(index, q_vectors)]
+    found = probed_cells(index, q_vectors)
+    cells = np.fromiter((c for row in found for c in row), dtype=np.int64)
+    owner = np.repeat(np.arange(len(found)), [len(row) for row in found])
+    lengths = (off[cells + 1] - off[cells]).astype(np.int64)
+    first = np.cumsum(lengths) - lengths  # where each probed cell's members start
+    at = np.arange(int(lengths.sum())) + np.repeat(off[cells] - first, lengths)
+    ids = mem[at].astype(np.int64)
+    query = np.repeat(owner, lengths)
+    order = np.lexsort((ids, query))
+    ids, query = ids[order], query[order]
+    keep = np.ones(ids.size, dtype=bool)
+    keep[1:] = (ids[1:] != ids[:-1]) | (query[1:] != query[:-1])
+    ids, query = ids[keep], query[keep]
+    bounds = np.searchsorted(query, np.arange(len(found) + 1))
+    return [ids[bounds[i]:bounds[i + 1]].astype(np.int32) for i in range(len(found))]
 
 
 def query_distance(x: np.ndarray, q: np.ndarray, metric: str) -> np.ndarray:

@@ -132,19 +132,29 @@ def distance(x: np.ndarray, q: np.ndarray, metric: str, dtype: Any = np.float64)
     float32 it is what the NumPy implementation computes; its order is fixed so that a query's
     distances do not depend on how the query batch was split.
     """
-    x = np.asarray(x)
-    q = np.asarray(q)
     dtype = np.dtype(dtype)
-    shape = np.broadcast_shapes(x.shape, q.shape)[:-1]
+    if metric not in METRICS:
+        raise ValueError(  # pragma: no cover - defensive: validate checks the metric
+            f"metric must be one of {METRICS}, got {metric!r}")
+    x, q = _by_coordinate(x, dtype), _by_coordinate(q, dtype)
+    shape = np.broadcast_shapes(x.shape[1:], q.shape[1:])
     acc = np.zeros(shape, dtype=dtype)
-    if metric == "l2":
-        for d in range(x.shape[-1]):
-            t = x[..., d].astype(dtype) - q[..., d].astype(dtype)
-            acc += t * t
-        return acc
-    if metric == "ip":
-        for d in range(x.shape[-1]):
-            acc += x[..., d].astype(dtype) * q[..., d].astype(dtype)
-        return -acc
-    raise ValueError(  # pragma: no cover - defensive: validate checks the metric
-        f"metric must be one of {METRICS}, got {metric!r}")
+    term = np.empty(shape, dtype=dtype)
+    # The same operations, one coordinate at a time, as ``acc += (x_d - q_d)**2`` on the
+    # original layout: elementwise IEEE operations, so the result is bit-identical whatever
+    # the layout; the coordinate-major copy only makes each step read contiguous memory.
+    for d in range(x.shape[0]):
+        if metric == "l2":
+            np.subtract(x[d], q[d], out=term)
+            np.multiply(term, term, out=term)
+        else:
+            np.multiply(x[d], q[d], out=term)
+        np.add(acc, term, out=acc)
+    return acc if metric == "l2" else -acc
+
+
+def _by_coordinate(v: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """``v`` (..., D) as a contiguous (D, ...) array in ``dtype`` (an exact widening or the
+    same type: every value is unchanged)."""
+    v = np.asarray(v)
+    return np.ascontiguousarray(np.moveaxis(v, -1, 0), dtype=dtype)

@@ -6,7 +6,7 @@ one caught on a small case; ``fuzzkit mutants ann`` finds them from scratch.  Th
 own mutants live in :mod:`fuzzkit.targets.ann.kernel_mutants`.
 
 The last four live only past an edge: ``graph-block-offset`` past the graph build's first
-256-row block, ``fast-floor`` on a projection exactly on a negative grid line,
+GRAPH_BLOCK-row block, ``fast-floor`` on a projection exactly on a negative grid line,
 ``norm-epsilon`` at norms below 1e-6, ``full-cell-insert`` in an insert into a cell that was
 full at build (``tests/test_ann_mutants.py`` shows each absent below its edge).
 """
@@ -229,7 +229,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "graph-block-offset", "numpy",
         "blocked kNN-graph build masks the self pair without the block's row offset: from the "
-        "second GRAPH_BLOCK (n or inserted > 256) a row lists itself and loses a neighbour",
+        "second GRAPH_BLOCK (n or inserted > GRAPH_BLOCK) a row lists itself and loses a neighbour",
         "blocked all-pairs distance / kNN-graph builds (FAISS knn with self-exclusion, cuML / "
         "RAFT brute-force kNN-graph 'remove self' on a tiled distance matrix): the diagonal of "
         "block b sits at column b * BLOCK + i, not i",

@@ -53,13 +53,32 @@ def estimated_distances(index: "Index", q32: np.ndarray, safe: np.ndarray) -> np
     """The turbo asymmetric estimate for ids ``safe`` (q, M), float32."""
     store = index.quant
     assert store is not None
-    rq = _index_module().rotated_queries(index, q32)
+    rq = _rotated(index, q32)
     decoded = store.centroids[store.codes[safe].astype(np.intp)]
     s = -model.distance(decoded, rq[:, None, :], "ip", np.float32) * store.scales[safe]
     if index.params.metric == "ip":
         return -s
     q_norm2 = squared_norm(q32, np.float32)
     return q_norm2[:, None] + store.norms[safe] * store.norms[safe] - np.float32(2) * s
+
+
+#: The last rotation: ``(rotate function, plan, the queries' shape and bytes, R q)``.  A search
+#: asks for the same queries' rotation once per round.
+_last_rotation: list = [None, None, None, None]
+
+
+def _rotated(index: "Index", q32: np.ndarray) -> np.ndarray:
+    """``index.rotated_queries(index, q32)``, reused while the search asks for the same
+    queries under the same rotation plan (and the same function: a mutant may patch it)."""
+    rotate = _index_module().rotated_queries
+    plan = index.quant.plan if index.quant is not None else None
+    key = (q32.dtype.str, q32.shape, np.ascontiguousarray(q32).tobytes())
+    fn, held_plan, held_key, rq = _last_rotation
+    if fn is rotate and held_plan is plan and held_key == key:
+        return rq
+    rq = rotate(index, q32)
+    _last_rotation[:] = [rotate, plan, key, rq]
+    return rq
 
 
 def candidate_distances(index: "Index", q_vectors: np.ndarray, cand: np.ndarray) -> np.ndarray:

@@ -16,6 +16,10 @@ improve it; turbo ranks by an estimate, so a newly visited vector with a good es
 exact distance may push a true neighbour out, and a rerank pool has the same problem.  Even with
 float32 a drop is possible when two distances lie within their float32 slack: such a drop is
 excused when the id that pushed a lost hit out is within the slack of it.
+
+Runs go through :func:`fuzzkit.targets.ann.runs.run`: a variant several relations share (the case
+itself, or its ``T = 0, k = n`` form) runs once per case; ``deterministic`` compares that run
+with a fresh one.
 """
 
 from __future__ import annotations
@@ -24,12 +28,12 @@ from typing import Any, Callable, Mapping, Optional
 
 import numpy as np
 
-from fuzzkit import relations
+import fuzzkit.oracles
 from fuzzkit.failure import Failure
 from fuzzkit.target import Property
 from fuzzkit.oracles.topk import topk
 from fuzzkit.oracles.recall import recall
-from fuzzkit.targets.ann import bounds, brute, checks, reference
+from fuzzkit.targets.ann import bounds, brute, checks, reference, runs
 from fuzzkit.targets.ann.model import Params
 
 Impl = Callable[[Mapping[str, Any]], Mapping[str, Any]]
@@ -79,8 +83,8 @@ def _nesting(name: str, inputs: Mapping[str, Any], small_changes: Mapping[str, A
              large_changes: Mapping[str, Any], impl: Impl) -> Optional[Failure]:
     """Candidate sets of ``small`` within those of ``large`` (exact), and with float32 storage
     the recall@k at ``T = 0`` not lower per query."""
-    small = impl(_all_candidates(inputs, **small_changes))
-    large = impl(_all_candidates(inputs, **large_changes))
+    small = runs.run(impl, _all_candidates(inputs, **small_changes))
+    large = runs.run(impl, _all_candidates(inputs, **large_changes))
     for i, (a, b) in enumerate(zip(_id_sets(small), _id_sets(large))):
         if not a <= b:
             return _invariant(name, f"query {i}: candidates {sorted(a - b)} of {small_changes} "
@@ -105,8 +109,8 @@ def t_monotone(impl: Impl, inputs: Mapping[str, Any]) -> Optional[Failure]:
     returned distance not larger (the first ``T`` rounds are the same computation), and with
     float32 storage recall@k not lower per query.  Rank-wise distances are not compared with a
     rerank (its pool is cut by the estimate)."""
-    base = impl(inputs)
-    more = impl({**inputs, "T": int(inputs["T"]) + 1})
+    base = runs.run(impl, inputs)
+    more = runs.run(impl, {**inputs, "T": int(inputs["T"]) + 1})
     v0, v1 = np.asarray(base["visited_count"]), np.asarray(more["visited_count"])
     if np.any(v1 < v0):
         i = int(np.flatnonzero(v1 < v0)[0])
@@ -165,7 +169,7 @@ def all_covering(impl: Impl, inputs: Mapping[str, Any]) -> Optional[Failure]:
     changes: dict[str, Any] = {"w": None, "C": n}
     if inputs["storage"] != "float32":
         changes.update(rerank=True, E=n, T=0)
-    out = impl({**inputs, **changes})
+    out = runs.run(impl, {**inputs, **changes})
     q = np.asarray(inputs["queries"], dtype=np.float32)
     metric = str(inputs["metric"])
     exact = brute.distances(x, q, metric)
@@ -187,8 +191,8 @@ def batch_invariant(impl: Impl, inputs: Mapping[str, Any]) -> Optional[Failure]:
     if q.shape[0] < 2:
         return None
     cut = q.shape[0] // 2
-    whole = impl(inputs)
-    parts = [impl({**inputs, "queries": part}) for part in (q[:cut], q[cut:])]
+    whole = runs.run(impl, inputs)
+    parts = [runs.run(impl, {**inputs, "queries": part}) for part in (q[:cut], q[cut:])]
     for key in ("ids", "distances", "visited_count"):
         joined = np.concatenate([np.asarray(p[key]) for p in parts])
         if not np.array_equal(joined, np.asarray(whole[key])):
@@ -207,11 +211,12 @@ def _exact_ties(inputs: Mapping[str, Any]) -> Optional[str]:
     if np.unique(x, axis=0).shape[0] < x.shape[0]:
         return "duplicate vectors"
     p = Params.from_inputs(inputs)
-    pairs = brute.distances(x, x, p.metric)
-    for i in range(x.shape[0]):
-        row = np.sort(np.delete(pairs[i], i))
-        if np.any(row[1:] == row[:-1]):
-            return f"tied graph distances in row {i}"
+    pairs = np.array(brute.distances(x, x, p.metric))
+    np.fill_diagonal(pairs, np.nan)  # itself: sorts last, equals nothing
+    rows = np.sort(pairs, axis=1)
+    tied = np.any(rows[:, 1:] == rows[:, :-1], axis=1)
+    if tied.any():
+        return f"tied graph distances in row {int(np.argmax(tied))}"
     coords, key = reference.cell_assignment(x, p)
     for l in range(p.L):
         order = np.lexsort((key[l],) + tuple(coords[l][:, j] for j in range(p.m)))
@@ -245,8 +250,8 @@ def id_permutation(impl: Impl, inputs: Mapping[str, Any]) -> Optional[Failure]:
                "vectors": np.asarray(inputs["vectors"])[perm[:n1]]}
     if inserted is not None:
         changed["inserted"] = np.asarray(inserted)[perm[n1:] - n1]
-    base = impl({**inputs, "k": n, "rerank": False})
-    moved = impl(changed)
+    base = runs.run(impl, {**inputs, "k": n, "rerank": False})
+    moved = runs.run(impl, changed)
     for out in (base, moved):
         d = np.asarray(out["distances"])
         if np.any((d[:, 1:] == d[:, :-1]) & np.isfinite(d[:, 1:])):
@@ -272,9 +277,9 @@ def insert_equals_build(impl: Impl, inputs: Mapping[str, Any]) -> Optional[Failu
     inserted = inputs.get("inserted")
     if inserted is None or np.asarray(inserted).shape[0] == 0:
         return None
-    built = impl({**inputs, "vectors": reference.all_vectors(inputs),
+    built = runs.run(impl, {**inputs, "vectors": reference.all_vectors(inputs),
                   "inserted": np.zeros((0, np.asarray(inserted).shape[1]), np.float32)})
-    grown = impl(inputs)
+    grown = runs.run(impl, inputs)
     for key in ("graph", "cell_table", "cell_coords", "cell_offsets", "cell_members", "ids",
                 "distances", "visited_count"):
         a, b = np.asarray(built[key]), np.asarray(grown[key])
@@ -311,15 +316,17 @@ def recall_claim(impl: Impl, inputs: Mapping[str, Any]) -> Optional[Failure]:
     resolution: on subnormal data every squared distance underflows to 0, and no float32 search
     can rank the neighbours -- that is arithmetic, not a recall the index lost."""
     p = Params.from_inputs(inputs)
+    if checks.recall_claim(p, True) is None:  # no claim whatever the cells cover
+        return None
     x = reference.all_vectors(inputs)
-    out = impl(inputs)
+    out = runs.run(impl, inputs)
     covered = np.unique(np.asarray(out["cell_members"])).size == x.shape[0]
     bound = checks.recall_claim(p, covered)
     if bound is None:
         return None
     queries = in_distribution_queries(x, checks.RECALL_QUERIES, p.seed, checks.RECALL_NOISE,
                                       p.w)
-    found = impl({**inputs, "queries": queries})
+    found = runs.run(impl, {**inputs, "queries": queries})
     got = brute.recall(brute.distances(x, queries, p.metric), _ids(found), p.k,
                        bounds.exact_slack(x, queries, p.metric))
     failure = recall(got, bound=bound, confidence=checks.RECALL_CONFIDENCE, name="ann-recall")
@@ -327,6 +334,16 @@ def recall_claim(impl: Impl, inputs: Mapping[str, Any]) -> Optional[Failure]:
         return None
     return Failure("mismatch", failure.message + " (in-distribution queries)",
                    "mismatch:ann:recall-claim", failure.details)
+
+
+def deterministic(impl: Impl, inputs: Mapping[str, Any]) -> Optional[Failure]:
+    """The same case twice gives bit-identical outputs (``fuzzkit.relations.deterministic``):
+    the run the other relations compared against (:func:`runs.run`, already made) and a fresh
+    one."""
+    earlier = runs.run(impl, inputs)
+    failure = fuzzkit.oracles.exact(dict(earlier), dict(impl(inputs)), name="rerun")
+    return (None if failure is None
+            else failure.with_kind("nondeterministic", "two runs of the same case differ: "))
 
 
 PROPERTIES = (
@@ -340,7 +357,7 @@ PROPERTIES = (
     Property("insert-equals-build", insert_equals_build, "insert after build == build over all"),
     Property("recall-claim", recall_claim,
              "mean recall@k >= RECALL_BOUND on seeded near-copy queries (Hoeffding, 99 %)"),
-    Property("deterministic", relations.deterministic, "the same case twice: identical outputs"),
+    Property("deterministic", deterministic, "the same case twice: identical outputs"),
 )
 
 __all__ = ["PROPERTIES"]

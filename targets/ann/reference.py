@@ -40,19 +40,20 @@ def all_vectors(inputs: Mapping[str, Any]) -> np.ndarray:
 
 def cell_assignment(x: np.ndarray, p: Params) -> tuple[np.ndarray, np.ndarray]:
     """Every vector's cell coords (L, n, m) and squared distance to that cell's centre in
-    projected space (L, n); with ``w = None`` the one cell (coords 0) and ``||y||^2``."""
+    projected space (L, n); with ``w = None`` the one cell (coords 0) and ``||y||^2``.  The
+    model's functions work row by row, so applying them to all rows at once is applying them
+    to each."""
     n = x.shape[0]
     coords = np.zeros((p.L, n, p.m), dtype=np.int64)
     key = np.zeros((p.L, n))
     for l in range(p.L):
         a, u = model.table(p.seed, l, p.m, x.shape[1])
         y = model.project(x, a)
-        for i in range(n):
-            if p.w is None:
-                key[l, i] = model.squared_norm(y[i])
-            else:
-                coords[l, i] = model.cell_coords(y[i], u, p.w)
-                key[l, i] = model.squared_norm(y[i] - model.cell_centre(coords[l, i], u, p.w))
+        if p.w is None:
+            key[l] = model.squared_norm(y)
+        else:
+            coords[l] = model.cell_coords(y, u, p.w)
+            key[l] = model.squared_norm(y - model.cell_centre(coords[l], u, p.w))
     return coords, key
 
 
@@ -78,14 +79,21 @@ def cells_from_csr(outputs: Mapping[str, Any]) -> Cells:
                                            np.asarray(outputs["cell_coords"]).tolist()))}
 
 
-def build_graph(x: np.ndarray, p: Params) -> np.ndarray:
-    """Row ``i``: the ``R`` nearest other ids by (distance, id), -1 padded."""
+def build_graph(x: np.ndarray, p: Params, pair_distance: Optional[np.ndarray] = None
+                ) -> np.ndarray:
+    """Row ``i``: the ``R`` nearest other ids by (distance, id), -1 padded.  ``pair_distance``
+    is the (n, n) matrix of model distances (computed here when not given): each row is
+    ranked by (distance, id) in full, itself excluded."""
     n = x.shape[0]
     graph = np.full((n, p.R), -1, dtype=np.int64)
-    for i in range(n):
-        d = model.distance(x, x[i], p.metric)
-        row = sorted((float(d[j]), j) for j in range(n) if j != i)[:p.R]
-        graph[i, :len(row)] = [j for _, j in row]
+    width = min(p.R, n - 1)
+    if width <= 0:
+        return graph
+    dist = brute.distances(x, x, p.metric) if pair_distance is None else pair_distance
+    ids = np.broadcast_to(np.arange(n), (n, n))
+    own = ids == np.arange(n)[:, None]
+    order = np.lexsort((ids, np.where(own, np.inf, dist), own), axis=-1)
+    graph[:, :width] = order[:, :width]
     return graph
 
 
@@ -198,13 +206,15 @@ def run(inputs: Mapping[str, Any], *, codes: Optional[np.ndarray] = None,
     n, dim = x.shape
     assignment = cell_assignment(x, p)
     cells = build_cells(*assignment, p) if structure is None else cells_from_csr(structure)
-    graph = build_graph(x, p) if structure is None else np.asarray(structure["graph"])
+    pair_distance = brute.distances(x, x, p.metric)
+    graph = (build_graph(x, p, pair_distance) if structure is None
+             else np.asarray(structure["graph"]))
 
     exact = brute.distances(x, queries, p.metric)
     exact_slack = bounds.exact_slack(x, queries, p.metric)
     aux: dict[str, Any] = {"exact": exact, "exact_slack": exact_slack,
                            "cell_of": assignment[0], "centre_distance": assignment[1],
-                           "pair_distance": brute.distances(x, x, p.metric)}
+                           "pair_distance": pair_distance}
     out: dict[str, Any] = {}
     rank, rank_slack = exact, exact_slack
     if p.bits is not None:

@@ -4,7 +4,7 @@ A case is a dataset, a query batch and a configuration.  Three things decide whe
 found at all, and the strategy aims at each.
 
 **Sizes at the code's edges.**  The implementations declare where their code changes path
-(:mod:`fuzzkit.targets.ann.thresholds`: the graph build's 256-row block, the Triton kernels' tiles as
+(:mod:`fuzzkit.targets.ann.thresholds`: the graph build's row block, the Triton kernels' tiles as
 launched in this mode, and the *relative* edges where a parameter meets the data -- a graph row
 of degree ``R`` over ``n - 1`` ids, a cell of capacity ``C`` over its population, a frontier of
 ``E`` over a query's candidates, ``k`` over ``n``, the rerank pool ``max(k, E)``, ``P - 1``
@@ -38,6 +38,7 @@ so a case replays and shrinks.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Any, Callable, Optional, Sequence
 
@@ -69,6 +70,48 @@ DATA_KINDS = (("clustered", 5), ("gaussian", 3), ("negative", 2), ("integers", 2
 #: underflows, every distance ties at 0; turbo storage turns them into zeros) and huge (|x|
 #: near the 1e4 bound).
 SCALES = (((-2, 2), 6), ((-11, -7), 2), ((-40, -39), 1), ((3, 3), 1))
+
+# Strategies are built once: a fresh strategy object per draw costs Hypothesis a validation
+# and a cache entry each time, more than the draw itself.  The constant ones live here, the
+# parametrized ones (a range that depends on an earlier draw) are cached per parameters.
+
+#: The usual dimension and stored-vector counts, the count added to a "many" insert, and the
+#: few vectors of a "some" insert (1..6 or 3..18 in steps of 3).
+DIM_BASE = st.one_of(st.integers(1, 8), st.integers(1, BASE_DIM))
+N_BASE = st.one_of(st.integers(1, 12), st.integers(1, 64), st.integers(1, BASE_VECTORS))
+N_OLD_BASE = st.one_of(st.integers(1, 12), st.integers(1, 64))
+FEW = st.tuples(st.sampled_from([1, 3]), st.integers(1, 6)).map(lambda ab: ab[0] * ab[1])
+SEED32 = st.integers(0, 2**32 - 1)
+SEED63 = st.integers(0, 2**63 - 1)
+C_SMALL = st.sampled_from([1, 2, 3, 5, 8, 16])
+
+
+@functools.lru_cache(maxsize=4096)
+def _sampled(options: tuple[Any, ...]) -> st.SearchStrategy[Any]:
+    return st.sampled_from(options)
+
+
+@functools.lru_cache(maxsize=4096)
+def _small_or_upto(small: int, top: int) -> st.SearchStrategy[int]:
+    """``1..small`` or ``1..top`` (equally often)."""
+    return st.one_of(st.integers(1, small), st.integers(1, top))
+
+
+@functools.lru_cache(maxsize=4096)
+def _c_base(top: int) -> st.SearchStrategy[int]:
+    return st.one_of(C_SMALL, st.integers(1, top))
+
+
+@functools.lru_cache(maxsize=4096)
+def _at_most(base: st.SearchStrategy[int], top: int) -> st.SearchStrategy[int]:
+    return base.map(lambda v: min(v, top))
+
+
+@functools.lru_cache(maxsize=4096)
+def _as_fill(base: st.SearchStrategy[int], have: int, lo: int, hi: int
+             ) -> st.SearchStrategy[int]:
+    """``base`` (a parameter value) as its fill size ``have + 1 - v``, clamped to [lo, hi]."""
+    return base.map(lambda v: min(hi, max(lo, have + 1 - v)))
 
 
 # ------------------------------------------------------------------------------------- data
@@ -102,11 +145,21 @@ def _value_rows(draw: Draw, rows: int, dim: int, rng: np.random.Generator,
 
 
 def _with_duplicates(x: np.ndarray, share: float, rng: np.random.Generator) -> np.ndarray:
-    x = x.copy()
-    for i in range(1, x.shape[0]):
-        if rng.random() < share:
-            x[i] = x[rng.integers(0, i)]
-    return x
+    """Each row after the first becomes, with probability ``share``, a copy of a uniformly
+    chosen earlier row (as that row ends up: copies of copies are copies of the original)."""
+    n = x.shape[0]
+    if share <= 0.0 or n < 2:
+        return x.copy()
+    rows = np.arange(n)
+    copied = rng.random(n) < share
+    copied[0] = False
+    earlier = (rng.random(n) * rows).astype(np.int64)  # uniform in 0..i-1
+    source = np.where(copied, earlier, rows)
+    while True:  # follow copies of copies back to a row that is nobody's copy
+        deeper = source[source]
+        if np.array_equal(deeper, source):
+            return x[source]
+        source = deeper
 
 
 def _finish(x: np.ndarray, storage: str) -> np.ndarray:
@@ -124,7 +177,7 @@ def _data(draw: Draw, n: int, dim: int, q: int, storage: str) -> tuple[np.ndarra
     kind = values.choose(draw, DATA_KINDS)
     low, high = values.choose(draw, SCALES)
     scale = 10.0 ** draw(st.integers(low, high))
-    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    rng = np.random.default_rng(draw(SEED32))
     centres = 3.0 * scale * rng.standard_normal((int(rng.integers(1, 6)), dim))
     shape = kind if kind in SHAPES else "gaussian"
     x = dataset(shape, n, dim, scale, rng, centres)
@@ -209,7 +262,7 @@ def _width(draw: Draw, x: np.ndarray, queries: np.ndarray, m: int, L: int, seed:
         pick = values.choose(draw, [("any", 2), ("min", 1), ("max", 1)])
         i = (draw(st.integers(0, rows.shape[0] - 1)) if pick == "any"
              else int(np.argmin(ys) if pick == "min" else np.argmax(ys)))
-        snapped = snap_width(float(ys[i]), float(u[j]), w, draw(st.sampled_from([0.0, 0.5])))
+        snapped = snap_width(float(ys[i]), float(u[j]), w, draw(_sampled((0.0, 0.5))))
         if snapped is not None and snapped >= _min_width(x, queries):
             w = snapped
     return w
@@ -224,7 +277,7 @@ def _fill(draw: Draw, name: str, ths: Sequence[Threshold], have: int, lo_value: 
     ``have - v + 1`` (see :mod:`fuzzkit.targets.ann.thresholds`); ``base`` draws ``v`` the usual way."""
     lo, hi = have + 1 - hi_value, have + 1 - lo_value
     fill = _size(draw, name, ths, lo=lo, hi=hi,
-                 base=base.map(lambda v: min(hi, max(lo, have + 1 - v))))
+                 base=_as_fill(base, have, lo, hi))
     return have + 1 - fill
 
 
@@ -254,7 +307,7 @@ def _edges_of(ths: Sequence[Threshold], size: str) -> st.SearchStrategy[int]:
     """The edges of ``size`` (:func:`_edge_values`): the base of a construction whose only
     purpose is to land on them (``reach.size`` adds ``2t +- 1`` and beyond; ordinary values of
     the size arise in the other cases)."""
-    return st.sampled_from(_edge_values(ths, size))
+    return _sampled(tuple(_edge_values(ths, size)))
 
 
 def _size(draw: Draw, name: str, ths: Sequence[Threshold], *, lo: int, hi: int,
@@ -264,7 +317,7 @@ def _size(draw: Draw, name: str, ths: Sequence[Threshold], *, lo: int, hi: int,
     earlier cases, which concentrates a run's sizes on a few values)."""
     edge = _edge_values(ths, name, lo, hi)
     if edge and draw(st.integers(0, 7)) == 0:
-        return int(draw(st.sampled_from(edge)))
+        return int(draw(_sampled(tuple(edge))))
     return reach.size(draw, name, ths, lo=lo, hi=hi, base=base)
 
 
@@ -291,7 +344,7 @@ def _inputs(draw: Draw, declared: tuple[Threshold, ...]) -> dict[str, Any]:
     rerank = draw(st.booleans())
     T = draw(st.integers(0, 4))
     dim = reach.size(draw, "D", ths, lo=1, hi=MAX_DIM,
-                     base=st.one_of(st.integers(1, 8), st.integers(1, BASE_DIM)))
+                     base=DIM_BASE)
 
     # Kernel-width constructions (only where the kernels' thresholds are declared).
     width_case = bool(reach.of_size(ths, "width")) and T >= 1 and draw(st.booleans())
@@ -307,19 +360,17 @@ def _inputs(draw: Draw, declared: tuple[Threshold, ...]) -> dict[str, Any]:
                               base=_edges_of(ths, "M"))
 
     # How many vectors: at build, inserted after it.
-    n_base = st.one_of(st.integers(1, 12), st.integers(1, 64), st.integers(1, BASE_VECTORS))
-    few = st.sampled_from([1, 3]).flatmap(lambda a: st.integers(1, 6).map(lambda b: a * b))
     insert_mode = values.choose(draw, [("none", 8), ("some", 6), ("many", 4)])
     if insert_mode == "many":  # the insert's own graph block: many new rows, few old ones
         n_ins = _size(draw, "inserted", ths, lo=1, hi=MAX_VECTORS - 1,
-                      base=_edges_of(ths, "inserted") if reach.of_size(ths, "inserted") else few)
-        n = min(MAX_VECTORS, n_ins + draw(st.one_of(st.integers(1, 12), st.integers(1, 64))))
+                      base=_edges_of(ths, "inserted") if reach.of_size(ths, "inserted") else FEW)
+        n = min(MAX_VECTORS, n_ins + draw(N_OLD_BASE))
     else:
-        n = _size(draw, "n", ths, lo=1, hi=MAX_VECTORS, base=n_base)
+        n = _size(draw, "n", ths, lo=1, hi=MAX_VECTORS, base=N_BASE)
         n_ins = 0
         if insert_mode == "some" and n > 1:
             n_ins = _size(draw, "inserted", ths, lo=1, hi=n - 1,
-                          base=few.map(lambda v: min(v, n - 1)))
+                          base=_at_most(FEW, n - 1))
     if m_target is not None:
         n = max(n, m_target + draw(st.integers(0, 3)))
         n_ins = min(n_ins, n - 1)
@@ -337,7 +388,7 @@ def _inputs(draw: Draw, declared: tuple[Threshold, ...]) -> dict[str, Any]:
     metric = values.choose(draw, [("l2", 2), ("ip", 1)])
     m = draw(st.integers(1, 4))
     L = draw(st.integers(1, 4))
-    seed = draw(st.integers(0, 2**63 - 1))
+    seed = draw(SEED63)
     w = _width(draw, x, queries, m, L, seed)
     if m_target is not None:
         L, w = 1, None
@@ -351,7 +402,7 @@ def _inputs(draw: Draw, declared: tuple[Threshold, ...]) -> dict[str, Any]:
         top = (MAX_R if not reach.of_size(ths, "width")
                else min(MAX_R, reach.largest(ths, "width", 64)))
         R = _fill(draw, "graph_fill", ths, have - 1, 1, top,
-                  st.one_of(st.integers(1, 8), st.integers(1, min(16, n + 2))))
+                  _small_or_upto(8, min(16, n + 2)))
 
     params = Params(L=L, m=m, w=w, C=1, R=R, E=1, T=T, P=P, k=1, seed=seed, metric=metric,
                     storage=storage)
@@ -363,7 +414,7 @@ def _inputs(draw: Draw, declared: tuple[Threshold, ...]) -> dict[str, Any]:
         populations = sorted(set(edges.cell_populations(part, params)))
         population = populations[draw(st.integers(0, len(populations) - 1))]
         C = _fill(draw, "cell_fill", ths, population, 1, MAX_C,
-                  st.one_of(st.sampled_from([1, 2, 3, 5, 8, 16]), st.integers(1, n + 2)))
+                  _c_base(n + 2))
     params = dataclasses.replace(params, C=C)
 
     # E: against one query's candidate count.
@@ -374,12 +425,12 @@ def _inputs(draw: Draw, declared: tuple[Threshold, ...]) -> dict[str, Any]:
         if reach.of_size(ths, "width"):  # keep E * R within the kernels' widest drawn row
             E = max(1, min(E, reach.largest(ths, "width", 64) // R))
 
-    k_base = st.one_of(st.integers(1, 10), st.integers(1, min(n + 3, MAX_K)))
+    k_base = _small_or_upto(10, min(n + 3, MAX_K))
     if storage != "float32" and rerank:
         # the pool is max(k, E): fill = k - E + 1 grows with k
         lo, hi = 2 - E, MAX_K - E + 1
         k = E - 1 + _size(draw, "rerank_pool", ths, lo=lo, hi=hi,
-                          base=st.sampled_from([v for v in (0, 1, 2, 3) if lo <= v <= hi]))
+                          base=_sampled(tuple(v for v in (0, 1, 2, 3) if lo <= v <= hi)))
     else:
         k = _fill(draw, "k_fill", ths, n, 1, n + 3, k_base)
     if m_target is None and draw(st.integers(0, 4)) == 0:

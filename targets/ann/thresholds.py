@@ -21,12 +21,13 @@ implementation under test: nothing is declared for it.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping, Optional
+import collections
+from typing import Any, Callable, Hashable, Iterable, Mapping, Optional
 
 import numpy as np
 
 from fuzzkit.reach import Size, Threshold
-from fuzzkit.targets.ann import index, model, reference, tiles
+from fuzzkit.targets.ann import index, model, reference, runs, tiles
 from fuzzkit.targets.ann.model import Params
 
 #: Largest n (and inserted count) worth drawing past the graph block: n = 560 builds, searches
@@ -40,11 +41,12 @@ QUERY_CAP, D_CAP, WIDTH_CAP = 40, 160, 600
 
 INDEX_THRESHOLDS: tuple[Threshold, ...] = (
     Threshold("n", index.GRAPH_BLOCK,
-              "knn_graph: GRAPH_BLOCK rows of the float64 distance matrix per block; n = 257 "
-              "stored vectors take a second block (self exclusion, row offsets)", cap=GRAPH_CAP),
+              "knn_graph: GRAPH_BLOCK rows of the distance matrix per block; n = GRAPH_BLOCK "
+              "+ 1 stored vectors take a second block (self exclusion, row offsets)",
+              cap=GRAPH_CAP),
     Threshold("inserted", index.GRAPH_BLOCK,
-              "insert: the new rows' kNN rows in GRAPH_BLOCK blocks; 257 inserted vectors take "
-              "a second block", cap=GRAPH_CAP),
+              "insert: the new rows' kNN rows in GRAPH_BLOCK blocks; GRAPH_BLOCK + 1 inserted "
+              "vectors take a second block", cap=GRAPH_CAP),
     Threshold("graph_fill", 1,
               "graph row of degree R over n - 1 other ids, fill = n - R: 0 one -1 pad, 1 exactly "
               "full, 2 one id cut (at build over the first vectors and after an insert, "
@@ -116,15 +118,24 @@ def _n_inserted(inputs: Mapping[str, Any]) -> int:
 
 def cell_populations(x: np.ndarray, p: Params) -> list[int]:
     """The population of every occupied cell of every table over the vectors ``x`` (before the
-    cap): the model's projection and floor, as the build computes them."""
+    cap): the model's projection and floor, as the build computes them.  A pure function of
+    the contents: the strategy and the reach counter ask it for the same case."""
+    key = ("populations", runs.content_key(np.asarray(x)), p.L, p.m, p.w, p.seed)
+    return list(_remembered(key, lambda: _populations(np.asarray(x), p)))
+
+
+def _populations(x: np.ndarray, p: Params) -> list[int]:
     out: list[int] = []
-    for l in range(p.L):
+    for table in range(p.L):
         if p.w is None:
             out.append(int(x.shape[0]))
             continue
-        a, u = model.table(p.seed, l, p.m, x.shape[1])
+        a, u = model.table(p.seed, table, p.m, x.shape[1])
         coords = model.cell_coords(model.project(x, a), u, p.w)
-        out.extend(int(c) for c in np.unique(coords, axis=0, return_counts=True)[1])
+        order = np.lexsort(coords.T[::-1])
+        ranked = coords[order]
+        starts = np.flatnonzero(np.r_[True, np.any(ranked[1:] != ranked[:-1], axis=1)])
+        out.extend(np.diff(np.r_[starts, ranked.shape[0]]).tolist())
     return out
 
 
@@ -132,13 +143,32 @@ def candidate_counts(x: np.ndarray, queries: np.ndarray, p: Params) -> list[int]
     """Per query, how many candidates its probed cells hold (the search's first distance launch
     is as wide as the largest), with the index a build over ``x`` makes."""
     x = np.ascontiguousarray(x, dtype=np.float32)
+    queries = np.asarray(queries, dtype=np.float32)
+    key = ("candidates", runs.content_key(x), runs.content_key(queries), p.L, p.m, p.w, p.seed,
+           p.C, p.P)
+    return list(_remembered(key, lambda: _candidate_counts(x, queries, p)))
+
+
+def _candidate_counts(x: np.ndarray, queries: np.ndarray, p: Params) -> list[int]:
     projections, offsets = model.tables(p, x.shape[1])
     cells = index.build_cells(x, projections, offsets, p)
     idx = index.Index(params=p, base=x, graph=np.zeros((x.shape[0], 0), np.int32),
                       projections=projections, offsets=offsets,
                       cell_keys=index._cell_keys(cells["cell_table"], cells["cell_coords"]),
                       **cells)
-    return [int(c.size) for c in index.probe(idx, np.asarray(queries, dtype=np.float32))]
+    return [int(c.size) for c in index.probe(idx, queries)]
+
+
+_MEMORY: collections.OrderedDict[Hashable, list[int]] = collections.OrderedDict()
+
+
+def _remembered(key: Hashable, compute: Callable[[], list[int]]) -> list[int]:
+    """``compute()``, kept for the last few keys."""
+    if key not in _MEMORY:
+        _MEMORY[key] = compute()
+        if len(_MEMORY) > 16:
+            _MEMORY.popitem(last=False)
+    return _MEMORY[key]
 
 
 #: ``[inputs, counts]`` of the last case measured: "M" and "beam_fill" both need its candidate

@@ -34,7 +34,7 @@ import numpy as np
 from fuzzkit.failure import Failure
 from fuzzkit.target import Property
 from fuzzkit.oracles.recall import recall
-from fuzzkit.targets.ann import brute, checks, reference
+from fuzzkit.targets.ann import brute, checks, reference, runs
 
 Impl = Callable[[Mapping[str, Any]], Mapping[str, Any]]
 Oracle = Callable[[Mapping[str, Any], Mapping[str, Any], Mapping[str, Any]], Failure | None]
@@ -232,7 +232,7 @@ def _contract(impl: Impl, inputs: Mapping[str, Any]) -> str | None:
         return _KINDS[impl]
     except (KeyError, TypeError):
         pass
-    kind = kind_of(impl(inputs))
+    kind = kind_of(runs.run(impl, inputs))
     try:
         _KINDS[impl] = kind
     except TypeError:  # pragma: no cover - a callable that cannot be weakly referenced
