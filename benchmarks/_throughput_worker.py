@@ -12,7 +12,7 @@ Protocol: one JSON request per line on stdin, one JSON answer per line on the *o
 
 * ``{"op": "list"}`` -> ``{"pairs": [{"target", "impl", "backend", "unavailable"}, ...]}``
 * ``{"op": "run", "target", "impl", "budget", "seed"}`` -> cases, seconds, found, loop and case
-  CPU seconds (see ``throughput.py`` for what they mean).
+  CPU seconds, repeated cases not judged (see ``throughput.py`` for what they mean).
 """
 
 from __future__ import annotations
@@ -117,7 +117,7 @@ def _run(request: dict[str, Any]) -> dict[str, Any]:
         profile="ci", database_dir=None, shrink=False, checker=timed_check
     )
     options = {k: v for k, v in options.items() if k in FUZZ_PARAMS}
-    cases, runs, found = 0, 0, []
+    cases, runs, found, repeats = 0, 0, [], 0
     cpu0, wall0 = time.process_time(), time.monotonic()
     # The old engine stops at its first finding: start again (next seed) until the time is up,
     # so that a finding never shortens the measurement; cases/s is cases / elapsed either way.
@@ -128,6 +128,7 @@ def _run(request: dict[str, Any]) -> dict[str, Any]:
         result = engine.fuzz(target, impl, budget=remaining, seed=seed + runs, **options)
         runs += 1
         cases += result.cases
+        repeats += getattr(result, "repeats", 0)  # generated again, not judged (seen-set)
         findings = getattr(result, "findings", None) or (
             [result.finding] if result.finding is not None else []
         )
@@ -146,6 +147,7 @@ def _run(request: dict[str, Any]) -> dict[str, Any]:
         "found": found[:5],
         "loop_cpu": loop_cpu,
         "case_cpu": case_cpu[0],
+        "repeats": repeats,
     }
 
 

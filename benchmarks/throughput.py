@@ -23,12 +23,19 @@ Why it is built this way:
   engine stops at its first finding, so the worker calls ``fuzz`` again with the next seed
   until the pair's time is spent; cases/s is cases / elapsed either way, and a pair that found
   something is marked ``*``.  Findings are expected (known bugs) and not judged here.
+* **CPU ratio**: the same ratio of cases per second of the fuzz loop's *CPU* time.  On a loaded
+  machine a worker gets a varying part of a core, and the wall-clock ratio of a short run moves
+  by 2x between two runs of the same code; the CPU ratio does not depend on what else runs.
+  The acceptance figure stays the wall-clock ratio; the CPU ratio says whether a change is real.
 * **Generation share** (this tree only): the runner's per-case check (reference,
   implementation, oracle and properties) is wrapped with a ``time.process_time()`` timer via the
   engine's ``checker`` hook, and compared with the process CPU time of the whole ``fuzz`` loop:
   generation share = 1 - case CPU / loop CPU.  Everything outside the check -- Hypothesis
   drawing the inputs, and the engine's own per-case bookkeeping -- counts as generation, so the
   figure is an upper bound on the time spent drawing.
+* **Repeats** (this tree only): generated cases equal to one judged earlier in the same run,
+  which the engine counts apart and does not judge again (``fuzzkit.seen``), as a share of all
+  generated cases.  They are not in ``cases``, so they never inflate the rate.
 
 Figures are printed, never asserted.  Pairs default to every pair available in both trees,
 except ``external`` backends (real libraries: vLLM, SGLang, PEFT, FAISS), which ``--pairs`` can
@@ -139,7 +146,15 @@ def _fmt_rate(value: float | None) -> str:
 
 
 def _table(rows: list[dict[str, Any]], out: TextIO) -> None:
-    header = ("pair", "baseline cases/s", "this cases/s", "ratio", "gen share")
+    header = (
+        "pair",
+        "baseline cases/s",
+        "this cases/s",
+        "ratio",
+        "CPU ratio",
+        "gen share",
+        "repeats",
+    )
     lines = [header]
     for row in rows:
         lines.append(
@@ -148,7 +163,9 @@ def _table(rows: list[dict[str, Any]], out: TextIO) -> None:
                 _fmt_rate(row["baseline_rate"]) + (" *" if row["baseline_found"] else ""),
                 _fmt_rate(row["this_rate"]) + (" *" if row["this_found"] else ""),
                 "-" if row["ratio"] is None else f"{row['ratio']:.2f}",
+                "-" if row["cpu_ratio"] is None else f"{row['cpu_ratio']:.2f}",
                 "-" if row["gen_share"] is None else f"{100 * row['gen_share']:.0f} %",
+                "-" if row["repeats"] is None else f"{100 * row['repeats']:.1f} %",
             )
         )
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
@@ -165,12 +182,24 @@ def _sum(results: list[dict[str, Any]]) -> dict[str, Any]:
     loop = sum(r["loop_cpu"] for r in ok)
     return {
         "rate": sum(r["cases"] for r in ok) / seconds if seconds > 0 else None,
+        "cpu_rate": sum(r["cases"] for r in ok) / loop if loop > 0 else None,
         "cases": sum(r["cases"] for r in ok),
         "seconds": seconds,
         "found": sorted({s for r in ok for s in r["found"]}),
         "gen_share": 1 - sum(r["case_cpu"] for r in ok) / loop if loop > 0 else None,
+        "repeats": _repeat_share(ok),
         "errors": [r["error"] for r in results if "error" in r],
     }
+
+
+def _repeat_share(results: list[dict[str, Any]]) -> float | None:
+    """Repeated cases (equal to one judged earlier in the run, so not judged again) as a share
+    of all generated ones; None for a tree whose engine does not count them."""
+    if not results or any("repeats" not in r for r in results):
+        return None
+    repeats = sum(r["repeats"] for r in results)
+    generated = repeats + sum(r["cases"] for r in results)
+    return repeats / generated if generated else 0.0
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
@@ -236,13 +265,18 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     for pair in pairs:
         b, t = _sum(raw[pair]["baseline"]), _sum(raw[pair]["this"])
         ratio = t["rate"] / b["rate"] if b["rate"] and t["rate"] is not None else None
+        cpu_ratio = (
+            t["cpu_rate"] / b["cpu_rate"] if b["cpu_rate"] and t["cpu_rate"] is not None else None
+        )
         rows.append(
             {
                 "pair": pair,
                 "baseline_rate": b["rate"],
                 "this_rate": t["rate"],
                 "ratio": ratio,
+                "cpu_ratio": cpu_ratio,
                 "gen_share": t["gen_share"],
+                "repeats": t["repeats"],
                 "baseline_found": b["found"],
                 "this_found": t["found"],
                 "baseline": b,
@@ -271,10 +305,17 @@ def report(summary: dict[str, Any], out: TextIO = sys.stdout) -> None:
         f"median ratio: {'-' if median is None else f'{median:.2f}'} over {len(ratios)} pairs",
         file=out,
     )
+    cpu_ratios = [r["cpu_ratio"] for r in rows if r.get("cpu_ratio") is not None]
+    cpu_median = statistics.median(cpu_ratios) if cpu_ratios else None
+    summary["median_cpu_ratio"] = cpu_median
+    if cpu_median is not None:
+        print(f"median CPU ratio: {cpu_median:.2f} over {len(cpu_ratios)} pairs", file=out)
     by_pair = {r["pair"]: r for r in rows}
     for pair in HIGHLIGHT:
         row = by_pair.get(pair)
         value = "not measured" if row is None or row["ratio"] is None else f"{row['ratio']:.2f}"
+        if row is not None and row.get("cpu_ratio") is not None:
+            value += f" (CPU {row['cpu_ratio']:.2f})"
         print(f"{pair}: {value}", file=out)
     if any(r["baseline_found"] or r["this_found"] for r in rows):
         print("* the pair found something (the run went on with the next seed)", file=out)
