@@ -39,7 +39,7 @@ import numpy as np
 
 from fuzzkit.failure import Failure
 from fuzzkit.oracles.close import close, gamma, smallest_normal
-from fuzzkit.targets.scute import ranges, reference, slots
+from fuzzkit.targets.scute import memo, ranges, reference, slots
 
 DTYPES = ("float32", "float16", "bfloat16")
 U_ACC = 2.0 ** -24
@@ -217,19 +217,45 @@ def validate(inputs: Mapping[str, Any], conversion: Any = None) -> Optional[str]
     return ranges.violation(packed)
 
 
+def _slot_rows(token_slot: np.ndarray) -> list[tuple[int, np.ndarray]]:
+    """``(slot, token indices)`` of every slot that has tokens, base-only (-1) included: the
+    per-token formulas below are row-wise, so one slot's tokens go through them together."""
+    ta = np.asarray(token_slot)
+    return [(int(s), np.nonzero(ta == s)[0]) for s in np.unique(ta)]
+
+
 def magnitude(packed: slots.Packed) -> np.ndarray:
     """``M`` (Ntok, Nout): the absolute-value slot form per token (see the module docstring)."""
     x = np.abs(np.asarray(packed.x, np.float64))
     w0 = np.abs(np.asarray(packed.w0, np.float64))
     b0 = np.abs(np.asarray(packed.b0, np.float64))
     out = x @ w0.T + b0
-    for t, s in enumerate(np.asarray(packed.token_slot)):
+    for s, rows in _slot_rows(packed.token_slot):
         if s < 0:
             continue
-        xt = (x[t] * np.abs(packed.t_diag[s])) @ np.abs(packed.t_mat[s])
-        lo = (np.abs(packed.B[s]) @ (np.abs(packed.A[s]) @ x[t] * np.abs(packed.m[s])))
-        out[t] = (w0 @ xt) * np.abs(packed.s[s]) + np.abs(packed.b[s]) + lo * np.abs(packed.o[s])
+        xs = x[rows]
+        xt = (xs * np.abs(packed.t_diag[s])) @ np.abs(packed.t_mat[s])
+        lo = ((xs @ np.abs(packed.A[s]).T) * np.abs(packed.m[s])) @ np.abs(packed.B[s]).T
+        out[rows] = (xt @ w0.T) * np.abs(packed.s[s]) + np.abs(packed.b[s]) \
+            + lo * np.abs(packed.o[s])
     return out
+
+
+#: Bounds of cases seen before, by content (:mod:`.memo`): the oracle and two properties bound
+#: the same case against the same reference.
+_BOUNDS = memo.Cache(64)
+#: What a bound calls (a mutant patches the slot conversion: another key).
+_BOUND_FUNCTIONS = memo.Functions(globals(), vars(slots), vars(reference))
+
+
+def case_bound(inputs: Mapping[str, Any], ref_y: Any) -> np.ndarray:
+    """``error_bound(slots.pack(inputs), ref_y)``, computed once per content (read-only)."""
+    ref_y = np.asarray(ref_y, np.float64)
+    return _BOUNDS.get(
+        lambda: (memo.key([inputs.get("dtype", "float32")] + [
+            inputs[name] for name in ("x", "w0", "b0", "token_adapter", "adapters")]),
+                 memo.key(ref_y), _BOUND_FUNCTIONS()),
+        lambda: memo.frozen(error_bound(slots.pack(inputs), ref_y)))
 
 
 def error_bound(packed: slots.Packed, ref_y: np.ndarray) -> np.ndarray:
@@ -242,7 +268,10 @@ def error_bound(packed: slots.Packed, ref_y: np.ndarray) -> np.ndarray:
     kinds = np.asarray(packed.t_kind)
     # storage roundings that multiply M, per token: none for T = I (x is representable), one for
     # a diagonal T (x ⊙ l rounded; l is representable), two for block/dense T (T and x·T).
-    c = np.array([0 if s < 0 else min(int(kinds[s]), 2) for s in ta], np.float64)[:, None]
+    c = np.zeros(len(ta))
+    if kinds.size:
+        c = np.where(ta < 0, 0, np.minimum(kinds[np.maximum(ta, 0)], 2)).astype(np.float64)
+    c = c[:, None]
     return ((gamma(2 * k + r + 8, U_ACC) + c * u_s) * mag + u_s * np.abs(ref_y)
             + underflow_floor(packed, c))
 
@@ -296,27 +325,29 @@ def underflow_floor(packed: slots.Packed, c: np.ndarray) -> np.ndarray:
     low = np.zeros((ntok, nout))
     read = np.zeros((ntok, nout))
     params = np.zeros((ntok, nout))
-    for t, s in enumerate(ta):
+    for s, rows in _slot_rows(ta):
         if s < 0:
-            read[t] = w_abs + x1[t]  # x and W0 entries read
+            read[rows] = w_abs + x1[rows, None]  # x and W0 entries read
             continue
-        s_abs[t] = np.abs(packed.s[s])
+        xs = x_abs[rows]
+        s_abs[rows] = np.abs(packed.s[s])
         m_abs = np.abs(packed.m[s])
         b_abs = np.abs(packed.B[s])
         a_abs = np.abs(packed.A[s])
         o_abs = np.abs(packed.o[s])
         m_max = float(np.max(m_abs, initial=0.0))
-        low[t] = o_abs * ((k * m_max + 1.0) * b_abs.sum(axis=1) + r) + 1.0
-        shrink = a_abs @ x_abs[t]
-        xt = (x_abs[t] * np.abs(packed.t_diag[s])) @ np.abs(packed.t_mat[s])
+        low[rows] = o_abs * ((k * m_max + 1.0) * b_abs.sum(axis=1) + r) + 1.0
+        shrink = xs @ a_abs.T
+        xt = (xs * np.abs(packed.t_diag[s])) @ np.abs(packed.t_mat[s])
         # rounding s, b, m, o to float32: η times |x·T·W0ᵀ|, 1, |B|(|x·Aᵀ|)·|o|, |B|(|x·Aᵀ||m|)
-        params[t] = w0_abs @ xt + 1.0 + o_abs * (b_abs @ shrink) + b_abs @ (shrink * m_abs)
+        params[rows] = xt @ w0_abs.T + 1.0 + o_abs * (shrink @ b_abs.T) \
+            + (shrink * m_abs) @ b_abs.T
         if eta_read:
             t_abs = np.abs(packed.t_diag[s])[:, None] * np.abs(packed.t_mat[s])
-            base = w0_abs @ t_abs.sum(axis=0) + float(np.sum(x_abs[t] @ t_abs))
-            lowr = b_abs @ (m_abs * a_abs.sum(axis=1)) + x1[t] * (b_abs @ m_abs) \
-                + float(np.sum((a_abs @ x_abs[t]) * m_abs))
-            read[t] = s_abs[t] * base + o_abs * lowr
+            base = w0_abs @ t_abs.sum(axis=0) + (xs @ t_abs).sum(axis=1)[:, None]
+            lowr = b_abs @ (m_abs * a_abs.sum(axis=1)) + x1[rows, None] * (b_abs @ m_abs) \
+                + (shrink * m_abs).sum(axis=1)[:, None]
+            read[rows] = s_abs[rows] * base + o_abs * lowr
     transformed = np.minimum(c, 1.0) * w_abs[None, :]
     storage = eta_s * (1.0 + (np.minimum(c, 1.0) + (c >= 2) * x1[:, None]) * w_abs[None, :]
                        * s_abs)
@@ -334,9 +365,8 @@ def _method(inputs: Mapping[str, Any], slot: int) -> str:
 def oracle(inputs: Mapping[str, Any], ref: Mapping[str, Any], out: Mapping[str, Any]
            ) -> Optional[Failure]:
     """None when every token's output is within the bound of the float64 reference."""
-    packed = slots.pack(inputs)
     ref_y = np.asarray(ref["y"], np.float64)
-    bound = error_bound(packed, ref_y)
+    bound = case_bound(inputs, ref_y)
     scaled = bound / gamma(3, U_ACC)  # close() bounds by gamma_3(u32) * magnitude (+ ~1e-37)
     failure = close(ref_y, np.asarray(out["y"]), dtype="float32", reduction_length=0,
                     magnitude=scaled, name="y")
@@ -399,7 +429,7 @@ def localize(run: Callable[[Mapping[str, Any]], Any], inputs: Mapping[str, Any],
         try:
             out = run(copy.deepcopy(dict(inputs)))
             details["mismatching_slots"] = mismatching_slots(
-                inputs, ref_y, out, error_bound(slots.pack(inputs), ref_y))
+                inputs, ref_y, out, case_bound(inputs, ref_y))
         except Exception:  # noqa: BLE001 - a crash is reported by the runner itself
             pass
     candidates = [i for i, a in enumerate(inputs["adapters"]) if a["method"] != "identity"]

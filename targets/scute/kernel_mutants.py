@@ -244,9 +244,8 @@ epilogue_column_offset = source_edit(
 
 shrink_accumulator_reset = source_edit(
     _KERNELS,
-    "            acc_r = _dot(xk, ak, acc_r, DOT_F32)\n",
-    "            acc_r = _dot(xk, ak, tl.zeros((BLOCK_M, BLOCK_R), dtype=tl.float32), "
-    "DOT_F32)\n",
+    "            acc_prev = acc_r\n",
+    "            acc_prev = tl.full((BLOCK_M, BLOCK_R), 0.0, dtype=tl.float32)\n",
     attribute="scute_kernel",
 ).documented(
     """The shrink accumulator is re-initialised in every K step (``acc_r = x_k . A_k^T`` instead
@@ -258,7 +257,8 @@ shrink_accumulator_reset = source_edit(
     K-loop accumulator chains computed wrongly).  Invisible while K <= BLOCK_K (one step) or a
     batch has no low-rank slot.
 
-    ``acc_r = _dot(xk, ak, tl.zeros((BLOCK_M, BLOCK_R), dtype=tl.float32), DOT_F32)``
+    ``acc_prev = tl.full((BLOCK_M, BLOCK_R), 0.0, dtype=tl.float32)`` (what the shrink GEMM
+    adds to)
     """
 )
 

@@ -113,9 +113,19 @@ def scute_kernel(
     K, N, R,
     stride_x, stride_w, stride_o,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    BLOCK_R: tl.constexpr, DOT_F32: tl.constexpr,
+    BLOCK_R: tl.constexpr, DOT_F32: tl.constexpr, IDX: tl.constexpr,
 ):
     """One tile of one slot x ``BLOCK_N`` output features (see the module doc).
+
+    The GEMMs are :func:`_dot` written out in place, and the accumulators start from
+    ``tl.full(..., 0.0)`` rather than ``tl.zeros`` (itself a ``@triton.jit`` function): under
+    the interpreter every call of a nested jit function re-patches ``triton.language``
+    (milliseconds a call, a third of a program's time); natively both compile to the same code.
+
+    ``IDX`` is the integer type of the column / K / rank offsets: int32 natively (the cast is a
+    no-op); int64 under the interpreter, which checks every int32 ``+`` / ``*`` for overflow
+    with half a dozen extra operations and skips that check for int64 (a fifth of a program's
+    time).  The offsets are far below either limit, so the addresses are the same.
 
     ``token_slot_ptr`` (the unsorted per-token slots) is not read by the correct kernel; it is
     passed so the ``wrong-adapter-gather`` mutant is a one-line edit."""
@@ -134,17 +144,18 @@ def scute_kernel(
     live_m = rows < length
     tok = tl.load(order_ptr + start + rows, mask=live_m, other=0).to(tl.int64)
     x_rows = x_ptr + tok * stride_x
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_n = pid_n.to(IDX) * BLOCK_N + tl.arange(0, BLOCK_N).to(IDX)
     live_n = offs_n < N
-    offs_r = tl.arange(0, BLOCK_R)
+    offs_r = tl.arange(0, BLOCK_R).to(IDX)
     live_r = offs_r < R
     t_base = t_mat_ptr + sl * K * K
     a_base = a_ptr + sl * R * K
 
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    acc_r = tl.zeros((BLOCK_M, BLOCK_R), dtype=tl.float32)
+    acc = tl.full((BLOCK_M, BLOCK_N), 0.0, dtype=tl.float32)
+    acc_r = tl.full((BLOCK_M, BLOCK_R), 0.0, dtype=tl.float32)
+    arange_k = tl.arange(0, BLOCK_K).to(IDX)
     for k0 in range(0, K, BLOCK_K):
-        offs_k = k0 + tl.arange(0, BLOCK_K)
+        offs_k = k0 + arange_k
         live_k = offs_k < K
         xk = tl.load(x_rows[:, None] + offs_k[None, :], mask=live_m[:, None] & live_k[None, :],
                      other=0.0)
@@ -152,26 +163,38 @@ def scute_kernel(
             # rows of T that can be non-zero for this column chunk: the blocks it overlaps
             lo = (k0 // span) * span
             hi = tl.minimum(((k0 + BLOCK_K - 1) // span + 1) * span, K)
-            xt = tl.zeros((BLOCK_M, BLOCK_K), dtype=tl.float32)
+            xt = tl.full((BLOCK_M, BLOCK_K), 0.0, dtype=tl.float32)
             for j0 in range(lo, hi, BLOCK_K):
-                offs_j = j0 + tl.arange(0, BLOCK_K)
+                offs_j = j0 + arange_k
                 live_j = offs_j < hi
                 xj = tl.load(x_rows[:, None] + offs_j[None, :],
                              mask=live_m[:, None] & live_j[None, :], other=0.0)
                 tj = tl.load(t_base + offs_j[:, None] * K + offs_k[None, :],
                              mask=live_j[:, None] & live_k[None, :], other=0.0)
-                xt = _dot(xj, tj, xt, DOT_F32)
+                if DOT_F32:  # pragma: no branch - _dot inlined (see the note above)
+                    xt = tl.dot(xj.to(tl.float32), tj.to(tl.float32), xt,
+                                input_precision="ieee")
+                else:  # pragma: no cover - only on a GPU
+                    xt = tl.dot(xj, tj, xt)
         else:
             dk = tl.load(t_diag_ptr + sl * K + offs_k, mask=live_k, other=1.0).to(tl.float32)
             xt = xk.to(tl.float32) * tl.where(use, dk, 1.0)[None, :]
         xq = xt.to(x_ptr.dtype.element_ty)
         wk = tl.load(w0_ptr + offs_n[None, :] * stride_w + offs_k[:, None],
                      mask=live_k[:, None] & live_n[None, :], other=0.0)
-        acc = _dot(xq, wk, acc, DOT_F32)
+        if DOT_F32:  # pragma: no branch
+            acc = tl.dot(xq.to(tl.float32), wk.to(tl.float32), acc, input_precision="ieee")
+        else:  # pragma: no cover - only on a GPU
+            acc = tl.dot(xq, wk, acc)
         if rank > 0:
             ak = tl.load(a_base + offs_r[None, :] * K + offs_k[:, None],
                          mask=live_k[:, None] & live_r[None, :], other=0.0)
-            acc_r = _dot(xk, ak, acc_r, DOT_F32)
+            acc_prev = acc_r
+            if DOT_F32:  # pragma: no branch
+                acc_r = tl.dot(xk.to(tl.float32), ak.to(tl.float32), acc_prev,
+                               input_precision="ieee")
+            else:  # pragma: no cover - only on a GPU
+                acc_r = tl.dot(xk, ak, acc_prev)
 
     sv = tl.where(use, tl.load(s_ptr + sl * N + offs_n, mask=live_n, other=1.0), 1.0)
     bv = tl.where(use, tl.load(b_ptr + sl * N + offs_n, mask=live_n, other=0.0),
@@ -221,6 +244,11 @@ def _segments(token_slot: Any, block_m: int, device: Any) -> tuple[torch.Tensor,
     return tensors + (tok,)
 
 
+def _index_dtype() -> Any:
+    """``IDX`` of :func:`scute_kernel` (see its docstring)."""
+    return tl.int64 if triton_support.interpreted() else tl.int32
+
+
 def _dot_f32(dtype: torch.dtype) -> bool:
     return triton_support.interpreted() or dtype == torch.float32
 
@@ -261,13 +289,14 @@ def slot_tensors(packed: Any, dtype: torch.dtype, device: Any) -> dict[str, torc
             array = np.zeros(shape)
             if name in ("t_diag", "s"):
                 array = np.ones(shape)
+        # torch.tensor copies: the packed arrays are read-only (shared, slots.pack)
         if kind == "i32":
-            tensor = torch.from_numpy(np.ascontiguousarray(array, dtype=np.int32))
+            tensor = torch.tensor(np.ascontiguousarray(array, dtype=np.int32))
         elif kind == "f32":
-            tensor = torch.from_numpy(np.ascontiguousarray(array, dtype=np.float64)).to(
+            tensor = torch.tensor(np.ascontiguousarray(array, dtype=np.float64)).to(
                 torch.float32)
         else:
-            tensor = torch.from_numpy(np.ascontiguousarray(array, dtype=np.float64)).to(dtype)
+            tensor = torch.tensor(np.ascontiguousarray(array, dtype=np.float64)).to(dtype)
         out[name] = tensor.contiguous().to(device)
     return out
 
@@ -319,7 +348,7 @@ def scute(x: torch.Tensor, w0: torch.Tensor, b0: torch.Tensor, token_slot: Any,
         params["o"],
         k, nout, r, x.stride(0), w0.stride(0), out.stride(0),
         BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, BLOCK_R=block_r(r),
-        DOT_F32=_dot_f32(x.dtype), num_warps=NUM_WARPS,
+        DOT_F32=_dot_f32(x.dtype), IDX=_index_dtype(), num_warps=NUM_WARPS,
     )
     return out
 

@@ -27,7 +27,7 @@ from typing import Optional
 import numpy as np
 
 from fuzzkit.values import LARGEST, SMALLEST_NORMAL
-from fuzzkit.targets.scute import slots
+from fuzzkit.targets.scute import memo, slots
 
 F32_MAX = LARGEST["float32"]
 BF16_MAX = LARGEST["bfloat16"]
@@ -59,10 +59,23 @@ def read_abs(values: np.ndarray, dtype: str) -> np.ndarray:
     return np.where((a > 0) & (a < tiny), tiny, a)
 
 
+#: Intermediates of packed cases seen before (:mod:`.memo`): the strategy's fit and its
+#: validate measure the same final case.
+_MEASURED = memo.Cache(64)
+_FIELDS = ("dtype", "x", "w0", "b0", "token_slot", "t_kind", "t_diag", "t_mat", "s", "b", "A",
+           "m", "B", "o")
+
+
 def intermediates(packed: slots.Packed) -> dict[str, np.ndarray]:
     """Per token, the largest absolute-value magnitude of every intermediate (module doc), plus
     ``out`` (the output's ``M``) and ``bias`` (its part that does not scale with ``x``).
-    Storage-dtype operands count as read (:func:`read_abs`)."""
+    Storage-dtype operands count as read (:func:`read_abs`).  A new dict, read-only arrays."""
+    return dict(_MEASURED.get(
+        lambda: memo.key([getattr(packed, name) for name in _FIELDS]),
+        lambda: memo.frozen(_intermediates(packed))))
+
+
+def _intermediates(packed: slots.Packed) -> dict[str, np.ndarray]:
     dtype = packed.dtype
     x = read_abs(packed.x, dtype)
     w0 = read_abs(packed.w0, dtype)
@@ -70,26 +83,29 @@ def intermediates(packed: slots.Packed) -> dict[str, np.ndarray]:
     ntok = x.shape[0]
     out = {name: np.zeros(ntok) for name in (*_LIMITS, "out", "bias", "out_x")}
     kinds = np.asarray(packed.t_kind)
-    for t, s in enumerate(np.asarray(packed.token_slot)):
+    ta = np.asarray(packed.token_slot)
+    for s in np.unique(ta):  # the per-token formulas are row-wise: one slot's tokens together
+        rows = np.nonzero(ta == s)[0]
+        xs = x[rows]
         if s < 0:
-            acc = w0 @ x[t]
+            acc = xs @ w0.T
             values = {"acc": acc, "scaled": acc, "out_x": acc, "bias": b0, "out": acc + b0}
         else:
             transform = read_abs(packed.t_diag[s], dtype)[:, None] * read_abs(packed.t_mat[s],
                                                                                dtype)
-            xt = x[t] @ transform
-            acc = w0 @ xt
+            xt = xs @ transform
+            acc = xt @ w0.T
             scaled = acc * np.abs(packed.s[s])
-            shrink = read_abs(packed.A[s], dtype) @ x[t]
+            shrink = xs @ read_abs(packed.A[s], dtype).T
             h = shrink * np.abs(packed.m[s])
-            expand = read_abs(packed.B[s], dtype) @ h
+            expand = h @ read_abs(packed.B[s], dtype).T
             low = expand * np.abs(packed.o[s])
             bias = np.abs(packed.b[s])
-            values = {"xT": xt if kinds[s] > 0 else np.zeros(1), "acc": acc, "scaled": scaled,
-                      "shrink": shrink, "h": h, "expand": expand, "low": low,
+            values = {"xT": xt if kinds[s] > 0 else np.zeros(1), "acc": acc,
+                      "scaled": scaled, "shrink": shrink, "h": h, "expand": expand, "low": low,
                       "out_x": scaled + low, "bias": bias, "out": scaled + bias + low}
         for name, v in values.items():
-            out[name][t] = float(np.max(v, initial=0.0))
+            out[name][rows] = np.max(v, axis=-1, initial=0.0)  # per row (bias: per slot)
     return out
 
 

@@ -25,7 +25,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from fuzzkit.targets.scute import reference
+from fuzzkit.targets.scute import memo, reference
 
 KIND_IDENTITY, KIND_DIAG, KIND_BLOCK, KIND_DENSE = 0, 1, 2, 3
 
@@ -169,11 +169,35 @@ CONVERTERS = {"lora": "lora_slot", "dora": "dora_slot", "vera": "vera_slot", "of
               "boft": "boft_slot", "ia3": "ia3_slot"}
 
 
+#: Slot conversions done before, by content (:mod:`.memo`): one case converts the same adapters
+#: a dozen times (reference bound, implementation, every property, the strategy's fit).
+_CONVERTED = memo.Cache()
+#: What a conversion calls: a patched converter (a mutant) is another key.
+_CONVERTERS_NOW = memo.Functions(globals(), vars(reference))
+
+
 def to_slot(adapter: Mapping[str, Any], w0: Any, b0: Any) -> dict[str, Any]:
     """One adapter -> its slot arrays (float64): t_kind, t_block, t_diag (K,), t_mat (K, K),
-    s, b, o (Nout,), rank, A (r, K), m (r,), B (Nout, r)."""
+    s, b, o (Nout,), rank, A (r, K), m (r,), B (Nout, r).
+
+    A new dict each call, its arrays read-only: equal adapters, ``w0`` and ``b0`` under the
+    same converters share one conversion."""
     w0 = np.asarray(w0, np.float64)
     b0 = np.asarray(b0, np.float64)
+    return dict(_converted(adapter, w0, b0, (memo.key(w0), memo.key(b0), _CONVERTERS_NOW())))
+
+
+def _converted(adapter: Mapping[str, Any], w0: np.ndarray, b0: np.ndarray,
+               context: tuple) -> dict[str, Any]:
+    """The cached conversion (not copied); ``context``: the key of ``w0``, ``b0`` and the
+    converters, made once per case by :func:`pack`."""
+    return _CONVERTED.get(
+        lambda: (memo.key(adapter), context),
+        lambda: memo.frozen({name: np.array(v) if isinstance(v, np.ndarray) else v
+                             for name, v in _convert(adapter, w0, b0).items()}))
+
+
+def _convert(adapter: Mapping[str, Any], w0: np.ndarray, b0: np.ndarray) -> dict[str, Any]:
     method = adapter["method"]
     if method == "identity":
         return _identity(w0.shape[1], w0.shape[0], b0)
@@ -196,13 +220,33 @@ def merged_weight(slot: Mapping[str, Any], w0: Any) -> tuple[np.ndarray, np.ndar
     return merged, np.asarray(slot["b"], np.float64).copy()
 
 
+#: The stacked slot arrays of adapter lists seen before (:mod:`.memo`), read-only.
+_PACKED = memo.Cache()
+
+
 def pack(inputs: Mapping[str, Any]) -> Packed:
-    """All slots of a case, padded to a common rank R >= 1."""
+    """All slots of a case, padded to a common rank R >= 1.
+
+    The slot arrays (``t_kind`` .. ``o``) are read-only and shared by every case with equal
+    adapters, ``w0`` and ``b0`` under the same converters; ``x``, ``w0``, ``b0`` and
+    ``token_slot`` are the case's own."""
     x = np.asarray(inputs["x"], np.float32)
     w0 = np.asarray(inputs["w0"], np.float32)
     b0 = np.asarray(inputs["b0"], np.float32)
+    w64, b64 = w0.astype(np.float64), b0.astype(np.float64)
+    context = (memo.key(w64), memo.key(b64), _CONVERTERS_NOW())
+    adapters = inputs["adapters"]
+    stacked = _PACKED.get(lambda: (memo.key(adapters), context),
+                          lambda: memo.frozen(_stacked(adapters, w64, b64, context)))
+    return Packed(dtype=str(inputs.get("dtype", "float32")), x=x, w0=w0, b0=b0,
+                  token_slot=np.asarray(inputs["token_adapter"], np.int64), **stacked)
+
+
+def _stacked(adapters: Any, w0: np.ndarray, b0: np.ndarray, context: tuple
+             ) -> dict[str, np.ndarray]:
+    """The slot arrays of :class:`Packed` for ``adapters`` (float64 ``w0``, ``b0``)."""
     nout, k = w0.shape
-    slots = [to_slot(a, w0, b0) for a in inputs["adapters"]]
+    slots = [_converted(a, w0, b0, context) for a in adapters]
     n = len(slots)
     r = max([1] + [int(s["rank"]) for s in slots])
     a_pad = np.zeros((n, r, k))
@@ -219,9 +263,7 @@ def pack(inputs: Mapping[str, Any]) -> Packed:
             return np.zeros((0, *shape))
         return np.stack([np.asarray(s[key], np.float64) for s in slots])
 
-    return Packed(
-        dtype=str(inputs.get("dtype", "float32")), x=x, w0=w0, b0=b0,
-        token_slot=np.asarray(inputs["token_adapter"], np.int64),
+    return dict(
         t_kind=np.array([s["t_kind"] for s in slots], np.int32),
         t_block=np.array([s["t_block"] for s in slots], np.int32),
         t_diag=stack("t_diag", (k,)), t_mat=stack("t_mat", (k, k)),

@@ -37,6 +37,7 @@ float16 / bfloat16) are rounded to it.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
@@ -63,6 +64,39 @@ SMALL_RANGE = 10
 #: Up to this many rows, ``x`` and ``W0`` get one value kind per row (two choices a row);
 #: beyond, one kind for the whole array -- the choice sequence stays short (see :data:`KINDS`).
 ROWS_MAX = 12
+
+
+# Strategies are built once (here, or once per argument tuple by the cached helpers below) and
+# only *drawn* per case: building ``st.integers(...)`` anew for each of a case's fifty draws
+# costs about as much as drawing it.
+_SEED = st.integers(0, 2**32 - 1)
+_PERCENT = st.integers(0, 99)
+_BOOL = st.booleans()
+_DTYPE = st.sampled_from(DTYPES)
+_MODE = st.sampled_from(MODES)
+_CAYLEY = st.sampled_from(["neumann", "exact", "neumann"])
+_TIMES = st.sampled_from([1, 2, 4, 8])
+_SPAN_BASE = st.sampled_from([2, 4, 8, 16, 3, 6, 12])
+_K_BASE = st.one_of(st.sampled_from([8, 16, 32, 12, 24]), st.integers(1, 40))
+
+
+@functools.cache
+def _ints(lo: int, hi: int) -> st.SearchStrategy[int]:
+    """``st.integers(lo, hi)``, built once per range."""
+    return st.integers(lo, hi)
+
+
+@functools.cache
+def _choices(options: tuple) -> st.SearchStrategy[Any]:
+    """``st.sampled_from(options)``, built once per option tuple."""
+    return st.sampled_from(options)
+
+
+@functools.cache
+def _alpha(r: int) -> st.SearchStrategy[float]:
+    """LoRA/DoRA alpha for rank ``r``: the usual values (``2r`` among them) or any float32."""
+    return st.one_of(st.sampled_from([1.0, 2.0 * r, 8.0, 16.0, 3.0, 0.0, 0.5, 64.0]),
+                     values.element(values.Domain("float32")))
 
 
 def _f32(a: Any) -> np.ndarray:
@@ -163,23 +197,33 @@ def _size(draw: Callable[[Any], Any], name: str, thresholds: Sequence[reach.Thre
     count: near uniform whatever the skew of each), and a size whose whole legal range is a
     handful of values around its threshold (BOFT factors 1..5, Neumann terms 1..9) is drawn
     evenly over that range: every value there is a boundary or next to one."""
+    hi, boundaries = _size_plan(tuple(thresholds), name, lo, hi)
+    if boundaries and hi - lo < SMALL_RANGE:
+        return lo + _even(draw, hi - lo + 1)
+    if boundaries and draw(_ints(0, 4)) == 0:
+        values = boundaries[_even(draw, len(boundaries))]
+        return values[_even(draw, len(values))]
+    return reach.size(draw, name, thresholds, lo=lo, hi=hi, base=base)
+
+
+@functools.lru_cache(maxsize=4096)
+def _size_plan(thresholds: tuple[reach.Threshold, ...], name: str, lo: int, hi: int | None
+               ) -> tuple[int, tuple[tuple[int, ...], ...]]:
+    """``(hi, boundary values of each of name's thresholds that has some in [lo, hi])`` for
+    :func:`_size` (pure: computed once per argument tuple)."""
     if hi is None:
         caps = [t.cap for t in reach.of_size(thresholds, name) if t.cap is not None]
         hi = max(caps + [DEFAULT_HI.get(name, 64)])
-    mine = [t for t in reach.of_size(thresholds, name) if t.boundaries(lo, hi)]
-    if mine and hi - lo < SMALL_RANGE:
-        return lo + _even(draw, hi - lo + 1)
-    if mine and draw(st.integers(0, 4)) == 0:
-        values = mine[_even(draw, len(mine))].boundaries(lo, hi)
-        return values[_even(draw, len(values))]
-    return reach.size(draw, name, thresholds, lo=lo, hi=hi, base=base)
+    return hi, tuple(b for b in (t.boundaries(lo, hi) for t in reach.of_size(thresholds, name))
+                     if b)
 
 
 def _even(draw: Callable[[Any], Any], n: int) -> int:
     """An index in ``0..n-1``, close to uniform: the sum of two draws modulo ``n``."""
     if n <= 1:
         return 0
-    return (draw(st.integers(0, n - 1)) + draw(st.integers(0, n - 1))) % n
+    ints = _ints(0, n - 1)
+    return (draw(ints) + draw(ints)) % n
 
 
 def _token_counts(draw: Callable[[Any], Any], mode: str, n_slots: int,
@@ -193,10 +237,10 @@ def _token_counts(draw: Callable[[Any], Any], mode: str, n_slots: int,
     for slot in [-1, *range(n_slots)]:
         names = [n for n in ([name] + (["base_tokens"] if slot < 0 else []))
                  if reach.of_size(thresholds, n)] or [name]
-        chosen = names[draw(st.integers(0, len(names) - 1))] if len(names) > 1 else names[0]
+        chosen = names[draw(_ints(0, len(names) - 1))] if len(names) > 1 else names[0]
         plain = 3 if slot < 0 else (5 if mode == "decode" else 12)
         count = _size(draw, chosen, thresholds, lo=0, hi=max(left, 0),
-                      base=st.integers(0, min(plain, max(left, 0))))
+                      base=_ints(0, min(plain, max(left, 0))))
         counts[slot] = count
         left -= count
     if sum(counts.values()) == 0:
@@ -227,7 +271,7 @@ def _divisor(draw: Callable[[Any], Any], k: int, options: list[int], span_of: An
     spans = sorted({span_of(b): b for b in options}.items())
     # the widest span twice: one block over all of K (BOFT packed dense) is its own path
     target = _size(draw, "span", thresholds, lo=1, hi=k,
-                   base=st.sampled_from([sp for sp, _ in spans] + [spans[-1][0]]))
+                   base=_choices(tuple([sp for sp, _ in spans] + [spans[-1][0]])))
     return min(spans, key=lambda item: (abs(item[0] - target), -item[0]))[1]
 
 
@@ -239,12 +283,12 @@ def _structured_k(draw: Callable[[Any], Any], thresholds: Sequence[reach.Thresho
     caps = [t.cap for t in reach.of_size(thresholds, "k") if t.cap is not None]
     hi = max(caps + [DEFAULT_HI["k"]])
     edges = sorted({v for t in reach.of_size(thresholds, "span") for v in t.boundaries(1, hi)})
-    if edges and draw(st.booleans()):  # this path exists to put a block at a span edge
+    if edges and draw(_BOOL):  # this path exists to put a block at a span edge
         span = edges[_even(draw, len(edges))]
     else:
         span = _size(draw, "span", thresholds, lo=1, hi=hi,
-                     base=st.sampled_from([2, 4, 8, 16, 3, 6, 12]))
-    times = draw(st.sampled_from([1, 2, 4, 8]))
+                     base=_SPAN_BASE)
+    times = draw(_TIMES)
     while span * times > hi and times > 1:
         times //= 2
     return span * times, span
@@ -260,6 +304,7 @@ def _structured_k(draw: Callable[[Any], Any], thresholds: Sequence[reach.Thresho
 KINDS = tuple(kind for kind, _ in values.KINDS if kind != "drawn")
 
 
+@functools.cache
 def _domain(fmt: str) -> values.Domain:
     """The contract: finite values of the format, subnormals included (:data:`KINDS`)."""
     return values.Domain(fmt, kinds=KINDS)
@@ -270,8 +315,8 @@ def _array(draw: Callable[[Any], Any], shape: tuple[int, ...], fmt: str, *,
            plain_weight: int = 0) -> np.ndarray:
     """Values of ``fmt`` from the domain; with ``plain``, that typical distribution in
     ``plain_weight`` percent of the draws (a trained adapter's magnitudes, scales near 1)."""
-    if plain is not None and draw(st.integers(0, 99)) < plain_weight:
-        rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    if plain is not None and draw(_PERCENT) < plain_weight:
+        rng = np.random.default_rng(draw(_SEED))
         return round_to(plain(rng), fmt)
     return values.array(draw, shape, _domain(fmt))
 
@@ -291,13 +336,12 @@ def _adapter(draw: Callable[[Any], Any], method: str, k: int, nout: int, dtype: 
     if method == "identity":
         return {"method": "identity"}
     if method in ("lora", "dora", "vera"):
-        r = rank if rank > 0 else draw(st.integers(1, -rank))
+        r = rank if rank > 0 else draw(_ints(1, -rank))
     if method in ("lora", "dora"):
-        alpha = draw(st.one_of(st.sampled_from([1.0, 2.0 * r, 8.0, 16.0, 3.0, 0.0, 0.5, 64.0]),
-                               values.element(values.Domain("float32"))))
+        alpha = draw(_alpha(r))
         ad: dict[str, Any] = {"method": method, "A": _array(draw, (r, k), dtype),
                               "B": _array(draw, (nout, r), dtype), "alpha": float(alpha),
-                              "rslora": draw(st.booleans())}
+                              "rslora": draw(_BOOL)}
         if method == "dora":
             norms = np.sqrt((np.asarray(w0, np.float64) ** 2).sum(axis=1))
             top = float(np.finfo(np.float32).max)
@@ -306,22 +350,22 @@ def _adapter(draw: Callable[[Any], Any], method: str, k: int, nout: int, dtype: 
                                          norms * rng.uniform(0.5, 1.5, nout), top))
         return ad
     if method == "vera":
-        kmax = k + draw(st.integers(0, 8))
-        nmax = nout + draw(st.integers(0, 8))
+        kmax = k + draw(_ints(0, 8))
+        nmax = nout + draw(_ints(0, 8))
         return {"method": "vera", "A_shared": _array(draw, (r, kmax), dtype),
                 "B_shared": _array(draw, (nmax, r), dtype),
                 "lambda_d": _array(draw, (r,), "float32"),
                 "lambda_b": _array(draw, (nout,), "float32")}
     if method in ("oft", "boft"):
         # the Neumann series twice as often: it has the more paths (1, 2, 3-4 terms, the loop)
-        cayley = draw(st.sampled_from(["neumann", "exact", "neumann"]))
-        terms = _size(draw, "neumann_terms", thresholds, lo=1, base=st.integers(1, 6))
+        cayley = draw(_CAYLEY)
+        terms = _size(draw, "neumann_terms", thresholds, lo=1, base=_ints(1, 6))
         divisors = [d for d in range(1, k + 1) if k % d == 0]
         if method == "oft":
             bs = block or _divisor(draw, k, divisors, lambda b: b, thresholds)
             return {"method": "oft", "block_size": bs, "Q": _drawn_skew(draw, (k // bs, bs, bs)),
                     "cayley": cayley, "neumann_terms": terms}
-        m = _size(draw, "boft_factors", thresholds, lo=1, base=st.integers(1, 4))
+        m = _size(draw, "boft_factors", thresholds, lo=1, base=_ints(1, 4))
 
         def valid(f: int) -> list[int]:
             return [d for d in divisors if f == 1 or (d % 2 == 0 and (k // d) % 2 == 0
@@ -347,11 +391,45 @@ def _adapter(draw: Callable[[Any], Any], method: str, k: int, nout: int, dtype: 
                         plain=lambda rng: 1.0 + 0.5 * rng.standard_normal(width))}
 
 
+def _rows(draw: Callable[[Any], Any], count: int, width: int, domain: values.Domain
+          ) -> np.ndarray:
+    """:func:`fuzzkit.values.rows` -- one kind per row, each row's values from its own seed,
+    the same two draws a row in the same order -- with the clipping and rounding that
+    :func:`fuzzkit.values.array` applies to each row done once for the whole matrix (they are
+    elementwise: the values are the same)."""
+    raw = np.empty((count, width))
+    for i in range(count):
+        kind = values.kind(draw, domain)
+        if kind == "drawn":  # pragma: no cover - not among this target's KINDS
+            raw[i] = values.array(draw, (width,), domain, kind)
+        else:
+            raw[i] = values.fill(kind, (width,), domain, draw(_SEED))
+    return _in_domain(raw, domain)
+
+
+def _in_domain(raw: np.ndarray, domain: values.Domain) -> np.ndarray:
+    """What :func:`fuzzkit.values.array` does to filled values: clipped to the domain's range,
+    rounded to its dtype, the largest value kept inside after rounding, subnormals flushed where
+    the domain has none."""
+    top = domain.largest
+    with np.errstate(invalid="ignore"):
+        raw = np.where(np.isfinite(raw), np.clip(raw, -top, top), raw)
+    out = values.round_to(raw, domain.dtype)
+    edge = values.largest_at_most(top, domain.dtype)
+    with np.errstate(invalid="ignore"):
+        out = np.where(np.isfinite(out) & (np.abs(out) > top), np.copysign(edge, out), out
+                       ).astype(domain.storage)
+    if not domain.subnormal:  # pragma: no cover - this target's domains have subnormals
+        tiny = values.SMALLEST_NORMAL[domain.dtype]
+        out = np.where(np.abs(out) < tiny, np.copysign(0.0, out), out).astype(domain.storage)
+    return out
+
+
 def _activations(draw: Callable[[Any], Any], ntok: int, k: int, dtype: str) -> np.ndarray:
     """One value kind per token row (a zero row, a tiny row, a huge row next to normal ones);
     one kind for the whole batch when it has many rows (:data:`ROWS_MAX`)."""
     if ntok <= ROWS_MAX:
-        return values.rows(draw, ntok, k, _domain(dtype))
+        return _rows(draw, ntok, k, _domain(dtype))
     return values.array(draw, (ntok, k), _domain(dtype))
 
 
@@ -359,31 +437,31 @@ def _weights(draw: Callable[[Any], Any], nout: int, k: int, dtype: str) -> np.nd
     """W0: mostly the usual ``N(0, 1/K)``, else one kind for the whole matrix or one per row."""
     how = values.choose(draw, [("plain", 4), ("array", 3), ("rows", 3)])
     if how == "plain":
-        rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+        rng = np.random.default_rng(draw(_SEED))
         return round_to(rng.standard_normal((nout, k)) / np.sqrt(k), dtype)
     if how == "rows" and nout <= ROWS_MAX:
-        return values.rows(draw, nout, k, _domain(dtype))
+        return _rows(draw, nout, k, _domain(dtype))
     return values.array(draw, (nout, k), _domain(dtype))
 
 
 @st.composite
 def _inputs(draw: Callable[[Any], Any], thresholds: tuple[reach.Threshold, ...]
             ) -> dict[str, Any]:
-    dtype = draw(st.sampled_from(DTYPES))
-    mode = draw(st.sampled_from(MODES))
-    n_slots = _size(draw, "slots", thresholds, lo=0, base=st.integers(1, 4))
+    dtype = draw(_DTYPE)
+    mode = draw(_MODE)
+    n_slots = _size(draw, "slots", thresholds, lo=0, base=_ints(1, 4))
     methods = [values.choose(draw, METHOD_WEIGHTS) for _ in range(n_slots)]
     # multiples of 4 and 8 often: BOFT needs K divisible by block * 2^(factors-1)
     k = _size(draw, "k", thresholds, lo=1,
-              base=st.one_of(st.sampled_from([8, 16, 32, 12, 24]), st.integers(1, 40)))
+              base=_K_BASE)
     block = None
-    if {"oft", "boft"} & set(methods) and draw(st.booleans()):
+    if {"oft", "boft"} & set(methods) and draw(_BOOL):
         k, block = _structured_k(draw, thresholds)
     # square layers (q/k/v/o projections) often: some bugs only fit their shapes
-    square = draw(st.integers(0, 5)) == 0
-    nout = k if square else _size(draw, "nout", thresholds, lo=1, base=st.integers(4, 24))
+    square = draw(_ints(0, 5)) == 0
+    nout = k if square else _size(draw, "nout", thresholds, lo=1, base=_ints(4, 24))
     counts = _token_counts(draw, mode, n_slots, thresholds)
-    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    rng = np.random.default_rng(draw(_SEED))
     token_adapter = _arrange(counts, mode, rng)
     x = _activations(draw, len(token_adapter), k, dtype)
     w0 = _weights(draw, nout, k, dtype)
@@ -391,7 +469,7 @@ def _inputs(draw: Callable[[Any], Any], thresholds: tuple[reach.Threshold, ...]
                 plain=lambda g: 0.5 * g.standard_normal(nout))
     # the padded rank R (what BLOCK_R depends on): the first low-rank adapter has it, the
     # others any rank up to it (a batch mixes ranks; the kernel pads them to R)
-    big_r = _size(draw, "rank", thresholds, lo=1, base=st.integers(1, 8))
+    big_r = _size(draw, "rank", thresholds, lo=1, base=_ints(1, 8))
     adapters: list[dict[str, Any]] = []
     for m in methods:
         first = m in ("lora", "dora", "vera") and not any(
