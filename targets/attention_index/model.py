@@ -129,8 +129,9 @@ def means(x: np.ndarray, assign: np.ndarray, old: np.ndarray) -> tuple[np.ndarra
     """(sums (G,d) float64, counts (G,)) of each group's members, summed in position order."""
     g = old.shape[0]
     sums = np.zeros((g, x.shape[1]), np.float64)
-    for i, a in enumerate(assign.tolist()):
-        sums[a] += x[i]
+    # unbuffered and in index order: row by row, each group's sum in position order (as a
+    # loop of ``sums[a] += x[i]`` would add them)
+    np.add.at(sums, np.asarray(assign, np.intp), np.asarray(x, np.float64))
     counts = np.bincount(assign, minlength=g).astype(np.int64)
     return sums, counts
 

@@ -44,8 +44,12 @@ to past S; ``iters`` 0..3; ``sink`` / ``local`` off, small, or around query 0's 
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
+import functools
+import itertools
 import math
+import operator
 from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
@@ -82,6 +86,36 @@ CLAIM_PROBES = 8
 
 Draw = Callable[[Any], Any]
 
+# Strategies memoised by their arguments: a case draws dozens of sizes whose strategies depend
+# on earlier draws (``integers(t, S)``, ``one_of(base, sampled_from(edges))``); building a new
+# strategy object per draw cost more than the draw itself (Hypothesis validates each new one
+# and works out its properties), while the same bounds recur from case to case.
+_BOOLEANS = st.booleans()
+_integers = functools.lru_cache(maxsize=4096, typed=True)(st.integers)
+_just = functools.lru_cache(maxsize=256, typed=True)(st.just)
+_one_of = functools.lru_cache(maxsize=4096)(st.one_of)
+
+
+@functools.lru_cache(maxsize=4096)
+def _sampled_tuple(choices: tuple[Any, ...]) -> st.SearchStrategy[Any]:
+    return st.sampled_from(choices)
+
+
+def _sampled(choices: Sequence[Any]) -> st.SearchStrategy[Any]:
+    return _sampled_tuple(tuple(choices))
+
+
+@functools.lru_cache(maxsize=4096)
+def _plus(base: st.SearchStrategy[int], shift: int) -> st.SearchStrategy[int]:
+    """``base`` shifted by ``shift`` (memoised like the constructors above)."""
+    return base.map(functools.partial(operator.add, shift))
+
+
+@functools.lru_cache(maxsize=4096)
+def _at_most(base: st.SearchStrategy[int], top: int) -> st.SearchStrategy[int]:
+    """``min(x, top)`` of ``base``'s draws (memoised)."""
+    return base.map(functools.partial(min, top))
+
 
 def _arrays(kind: str, s: int, t: int, h: int, d: int, rng: np.random.Generator,
             dup: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -116,16 +150,88 @@ def _duplicate(k: np.ndarray, rng: np.random.Generator, dup: float) -> None:
             k[i] = k[rng.integers(0, i)]
 
 
+#: Most elements of a ``drawn`` key row that Hypothesis draws one by one (two choices each): a
+#: row of up to this many coordinates is drawn whole, a longer one is a ``mixed`` row with this
+#: many Hypothesis-drawn elements at rng-chosen coordinates (drawn values stay in every such row,
+#: at a bounded cost).
+DRAWN_ELEMENTS = 8
+_DRAWN_LISTS = {count: st.lists(values.element(DOMAIN), min_size=count, max_size=count)
+                for count in range(1, DRAWN_ELEMENTS + 1)}
+_DOMAIN_EDGE = values.largest_at_most(DOMAIN.largest, DOMAIN.dtype)
+
+
+_KINDS = DOMAIN.allowed()
+_KIND_CUMULATIVE = tuple(itertools.accumulate(w for _, w in _KINDS))
+_KIND_INDEX = st.integers(0, _KIND_CUMULATIVE[-1] - 1)
+
+
+def _kind(draw: Draw) -> str:
+    """:func:`fuzzkit.values.kind` in :data:`DOMAIN` (the same single integer draw, the same
+    kind for it) with the domain's table and cumulative weights computed once."""
+    return _KINDS[bisect.bisect_right(_KIND_CUMULATIVE, draw(_KIND_INDEX))][0]
+
+
+def _into_domain(raw: np.ndarray) -> np.ndarray:
+    """What :func:`fuzzkit.values.array` makes of :func:`fuzzkit.values.fill`'s raw values in
+    :data:`DOMAIN` (clipped, rounded to float32; subnormals are in the contract), elementwise:
+    for a whole block of rows at once."""
+    top = DOMAIN.largest
+    with np.errstate(invalid="ignore"):
+        raw = np.where(np.isfinite(raw), np.clip(raw, -top, top), raw)
+    out = values.round_to(raw, DOMAIN.dtype)
+    with np.errstate(invalid="ignore"):
+        return np.where(np.isfinite(out) & (np.abs(out) > top), np.copysign(_DOMAIN_EDGE, out),
+                        out).astype(np.float32)
+
+
+def _key_rows(draw: Draw, s: int, d: int) -> np.ndarray:
+    """``s x d`` keys with one value kind per row (:func:`fuzzkit.values.rows`' distribution:
+    a zero key next to a huge one), at one Hypothesis choice per row: the rows' values come
+    from one NumPy generator seeded by a Hypothesis draw, and are fitted to :data:`DOMAIN` as
+    one block."""
+    rng = np.random.default_rng(draw(_integers(0, 2**32 - 1)))
+    raw = np.zeros((s, d))
+    for i in range(s):
+        kind = _kind(draw)
+        if kind == "drawn":
+            count = min(d, DRAWN_ELEMENTS)
+            drawn = np.array(draw(_DRAWN_LISTS[count]), dtype=np.float64)
+            if count == d:
+                raw[i] = drawn
+                continue
+            raw[i] = values.fill("mixed", (d,), DOMAIN, int(rng.integers(0, 2**32 - 1)))
+            raw[i, rng.choice(d, size=count, replace=False)] = drawn
+        else:
+            raw[i] = values.fill(kind, (d,), DOMAIN, int(rng.integers(0, 2**32 - 1)))
+    return _into_domain(raw)
+
+
 def _domain_arrays(draw: Draw, s: int, t: int, h: int, d: int
                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """q, w, k from the contract's value kinds; keys often one kind per row."""
-    if s <= ROW_KINDS_MAX and draw(st.booleans()):
-        k = values.rows(draw, s, d, DOMAIN)
+    if s <= ROW_KINDS_MAX and draw(_BOOLEANS):
+        k = _key_rows(draw, s, d)
     else:
-        k = values.array(draw, (s, d), DOMAIN)
-    q = values.array(draw, (t, h, d), DOMAIN)
-    w = values.array(draw, (t, h), DOMAIN)
+        k = _array(draw, (s, d))
+    q = _array(draw, (t, h, d))
+    w = _array(draw, (t, h))
     return q, w, k
+
+
+def _array(draw: Draw, shape: tuple[int, ...]) -> np.ndarray:
+    """:func:`fuzzkit.values.array` in :data:`DOMAIN`, except that a ``drawn`` array of more
+    than :data:`DRAWN_ELEMENTS` elements is a ``mixed`` one with that many Hypothesis-drawn
+    elements at rng-chosen places (up to 256 elements were drawn one by one: hundreds of
+    choices, more than the rest of the case)."""
+    kind = _kind(draw)
+    size = math.prod(shape)
+    if kind != "drawn" or size <= DRAWN_ELEMENTS:
+        return values.array(draw, shape, DOMAIN, kind_name=kind)
+    rng = np.random.default_rng(draw(_integers(0, 2**32 - 1)))
+    raw = values.fill("mixed", shape, DOMAIN, int(rng.integers(0, 2**32 - 1))).reshape(-1)
+    raw[rng.choice(size, size=DRAWN_ELEMENTS, replace=False)] = draw(
+        _DRAWN_LISTS[DRAWN_ELEMENTS])
+    return _into_domain(raw.reshape(shape))
 
 
 def _shifted(x: np.ndarray, exponent: int) -> np.ndarray:
@@ -146,9 +252,9 @@ def _rescale(draw: Draw, q: np.ndarray, w: np.ndarray, k: np.ndarray
     take part in the overflowing product (``q . k`` before the weight, ``w * q . k`` after)."""
     arrays = {"q": q, "w": w, "k": k}
     if values.choose(draw, [(False, 3), (True, 1)]):
-        name = draw(st.sampled_from(sorted(arrays)))
-        arrays[name] = _shifted(arrays[name], draw(st.integers(-150, 126)))
-    kept = draw(st.sampled_from(sorted(arrays)))
+        name = draw(_sampled(sorted(arrays)))
+        arrays[name] = _shifted(arrays[name], draw(_integers(-150, 126)))
+    kept = draw(_sampled(sorted(arrays)))
     for _ in range(8):
         dots, weighted = model.overflow_parts(arrays["q"], arrays["w"], arrays["k"])
         if max(dots, weighted) <= model.OVERFLOW_LIMIT:
@@ -166,11 +272,11 @@ def _values(draw: Draw, s: int, t: int, h: int, d: int
             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     dup = values.choose(draw, [(0.0, 5), (0.1, 2), (0.4, 2), (1.0, 1)])
     if values.choose(draw, [("structured", 1), ("domain", 1)]) == "structured":
-        rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
-        q, w, k = _arrays(draw(st.sampled_from(KINDS)), s, t, h, d, rng, dup)
+        rng = np.random.default_rng(draw(_integers(0, 2**32 - 1)))
+        q, w, k = _arrays(draw(_sampled(KINDS)), s, t, h, d, rng, dup)
     else:
         q, w, k = _domain_arrays(draw, s, t, h, d)
-        _duplicate(k, np.random.default_rng(draw(st.integers(0, 2**32 - 1))), dup)
+        _duplicate(k, np.random.default_rng(draw(_integers(0, 2**32 - 1))), dup)
     q, w, k = _rescale(draw, q, w, k)
     return (np.ascontiguousarray(q, np.float32), np.ascontiguousarray(w, np.float32),
             np.ascontiguousarray(k, np.float32))
@@ -184,7 +290,7 @@ def _size(draw: Draw, name: str, thresholds: Sequence[Threshold], *, lo: int, hi
     every edge reached."""
     edges = sorted({v for t in reach.of_size(thresholds, name) for v in t.boundaries(lo, hi)})
     if edges:
-        base = st.one_of(base, st.sampled_from(edges))
+        base = _one_of(base, _sampled(edges))
     return reach.size(draw, name, thresholds, lo=lo, hi=hi, base=base)
 
 
@@ -193,7 +299,7 @@ def _relative(draw: Draw, name: str, thresholds: Sequence[Threshold], origin: in
     """A value ``x`` in ``[lo, hi]`` drawn on the relative size ``x - origin + 1`` (thresholds
     at 1 land on ``origin - 1, origin, origin + 1``); ``base`` draws ``x`` itself."""
     rel = _size(draw, name, thresholds, lo=lo - origin + 1, hi=hi - origin + 1,
-                base=base.map(lambda x: x - origin + 1))
+                base=_plus(base, 1 - origin))
     return rel + origin - 1
 
 
@@ -202,8 +308,8 @@ def _block(draw: Draw, s: int, aimed: Optional[tuple[int, int]]) -> int:
     (including a block as large as S and larger)."""
     if aimed is not None:
         return aimed[1]
-    return int(draw(st.one_of(st.integers(1, 8), st.integers(1, s + 2),
-                              st.sampled_from([max(1, s - 1), s, s + 1]))))
+    return int(draw(_one_of(_integers(1, 8), _integers(1, s + 2),
+                              _sampled([max(1, s - 1), s, s + 1]))))
 
 
 def _chunk_and_groups(draw: Draw, thresholds: Sequence[Threshold], s: int
@@ -211,10 +317,10 @@ def _chunk_and_groups(draw: Draw, thresholds: Sequence[Threshold], s: int
     """AttentionIndex ``(first chunk, groups)``: keys absorbed after the first chunk drawn on
     ``absorbed``, ``groups`` around the first chunk (``groups_over_chunk``: G cut)."""
     absorbed = _size(draw, "absorbed", thresholds, lo=0, hi=s - 1,
-                     base=st.one_of(st.just(0), st.integers(0, s - 1)))
+                     base=_one_of(_just(0), _integers(0, s - 1)))
     first_chunk = s - absorbed
     groups = _relative(draw, "groups_over_chunk", thresholds, first_chunk, 1, first_chunk + 3,
-                       st.one_of(st.integers(1, 6), st.integers(1, first_chunk + 2)))
+                       _one_of(_integers(1, 6), _integers(1, first_chunk + 2)))
     return first_chunk, groups
 
 
@@ -226,12 +332,12 @@ def _aimed_chunk(draw: Draw, thresholds: Sequence[Threshold], g: int) -> tuple[i
     top = max(AI_MAX_KEYS, g)
     # groups_over_chunk = G - first_chunk + 1: from 1 - (top - G) (the widest chunk) to 3
     rel = _size(draw, "groups_over_chunk", thresholds, lo=g + 1 - top, hi=min(3, g),
-                base=st.integers(g + 1 - min(top, max(g, AI_PLAIN_KEYS)), min(1, g)))
+                base=_integers(g + 1 - min(top, max(g, AI_PLAIN_KEYS)), min(1, g)))
     first_chunk = g + 1 - rel
     # T is cut to S afterwards (like HiSA's): a lower bound T - first chunk would rule out
     # 0 and 1 absorbed keys in every case with many queries.
     absorbed = _size(draw, "absorbed", thresholds, lo=0, hi=top - first_chunk,
-                     base=st.one_of(st.just(0), st.integers(0, 16)))
+                     base=_one_of(_just(0), _integers(0, 16)))
     return first_chunk, absorbed
 
 
@@ -249,17 +355,17 @@ def _aim_groups(draw: Draw, thresholds: Sequence[Threshold], method: str
     if method == "attention_index":
         top = min(top, CLAIM_MIN_KEYS - 1)  # G keys or more: G >= 32 would always run the claim
     g = _size(draw, "g", thresholds, lo=1, hi=top,
-              base=st.one_of(st.integers(1, 6), st.integers(1, 24)))
+              base=_one_of(_integers(1, 6), _integers(1, 24)))
     if method == "hisa":
         widest = max(1, MAX_KEYS // g)
-        return g, draw(st.one_of(st.integers(1, min(3, widest)), st.integers(1, widest)))
+        return g, draw(_one_of(_integers(1, min(3, widest)), _integers(1, widest)))
     return g, 0
 
 
 def _probes(groups: int) -> st.SearchStrategy[int]:
     """Plain probe counts: often one or two (the sparse regime, where a mis-scored
     representative changes what is probed), otherwise any count up to one past every group."""
-    return st.one_of(st.integers(1, min(2, groups)), st.integers(1, groups + 1))
+    return _one_of(_integers(1, min(2, groups)), _integers(1, groups + 1))
 
 
 def _keys(draw: Draw, thresholds: Sequence[Threshold], method: str, t: int,
@@ -273,18 +379,18 @@ def _keys(draw: Draw, thresholds: Sequence[Threshold], method: str, t: int,
                          if x.size in sizes)
     if aimed is not None and method == "hisa":
         g, block = aimed  # exactly G blocks, the last one partial or full
-        return draw(st.integers((g - 1) * block + 1, g * block))
+        return draw(_integers((g - 1) * block + 1, g * block))
     if method == "attention_index":
         # AttentionIndex cases of S >= 32 run the 512-query recall claim (T = S batches):
         # seconds per case under the interpreter, growing with S -- kept to AI_MAX_KEYS.
         s_thresholds = tuple(dataclasses.replace(x, cap=min(x.cap or AI_MAX_KEYS, AI_MAX_KEYS))
                              for x in s_thresholds if x.value < AI_MAX_KEYS)
         return _size(draw, "s", s_thresholds, lo=t, hi=max(t, AI_MAX_KEYS),
-                     base=st.one_of(st.integers(t, max(t, 16)),
-                                    st.integers(t, max(t, AI_PLAIN_KEYS))))
+                     base=_one_of(_integers(t, max(t, 16)),
+                                    _integers(t, max(t, AI_PLAIN_KEYS))))
     return _size(draw, "s", s_thresholds, lo=t,
                  hi=max(t, reach.largest(s_thresholds, "s", MAX_KEYS)),
-                 base=st.one_of(st.integers(t, max(t, 16)), st.integers(t, max(t, MAX_KEYS))))
+                 base=_one_of(_integers(t, max(t, 16)), _integers(t, max(t, MAX_KEYS))))
 
 
 def _inputs(draw: Draw, thresholds: Sequence[Threshold]) -> dict[str, Any]:
@@ -296,13 +402,12 @@ def _inputs(draw: Draw, thresholds: Sequence[Threshold]) -> dict[str, Any]:
     # tiles: 16, 32 rows) would rule out the small S of the candidate tile (a row of 17) in
     # every case that draws it, and the two would rarely meet their edges in one run.
     t_top = reach.largest(thresholds, "t", MAX_QUERIES)
-    t_base = st.one_of(st.integers(1, 4), st.integers(1, MAX_QUERIES))
+    t_base = _one_of(_integers(1, 4), _integers(1, MAX_QUERIES))
     chunking: Optional[tuple[int, int]] = None
     aimed_ai = aimed is not None and method == "attention_index"
-    if not aimed_ai and draw(st.booleans()):
+    if not aimed_ai and draw(_BOOLEANS):
         s = _keys(draw, thresholds, method, 1, aimed)
-        t = _size(draw, "t", thresholds, lo=1, hi=min(t_top, s), base=t_base.map(
-            lambda x: min(x, s)))
+        t = _size(draw, "t", thresholds, lo=1, hi=min(t_top, s), base=_at_most(t_base, s))
     else:
         t = _size(draw, "t", thresholds, lo=1, hi=t_top, base=t_base)
         if aimed is not None and method == "hisa":
@@ -318,19 +423,19 @@ def _inputs(draw: Draw, thresholds: Sequence[Threshold]) -> dict[str, Any]:
     if s > LARGE_KEYS:
         t = min(t, 4)
     d = _size(draw, "d", thresholds, lo=1, hi=reach.largest(thresholds, "d", MAX_DIM),
-              base=st.one_of(st.integers(1, 4), st.integers(1, MAX_DIM)))
+              base=_one_of(_integers(1, 4), _integers(1, MAX_DIM)))
     # The recall claim re-runs the search 512 times with the case's topk and top_g, and under
     # the interpreter the top-k kernel costs one extraction step per k: claim cases keep both
     # small (and at most two heads).
     claim = method == "attention_index" and s >= CLAIM_MIN_KEYS
     cheap = t * s * d <= WORK_FOR_ALL_HEADS and s <= LARGE_KEYS and not claim
-    h = draw(st.integers(1, MAX_HEADS if cheap else 2))
+    h = draw(_integers(1, MAX_HEADS if cheap else 2))
     row0 = s - t  # query 0 sees keys 0 .. S - T
     topk_top = min(s + 2, CLAIM_TOPK) if claim else s + 2
     case: dict[str, Any] = {
         "method": method,
         "topk": _relative(draw, "topk_over_row0", thresholds, row0 + 1, 1, topk_top,
-                          st.one_of(st.integers(1, 8), st.integers(1, topk_top))),
+                          _one_of(_integers(1, 8), _integers(1, topk_top))),
         "block": 4, "top_m": 1, "groups": 1, "iters": 2, "chunk": s, "top_g": 1,
         "sink": 0, "local": 0,
     }
@@ -345,23 +450,23 @@ def _inputs(draw: Draw, thresholds: Sequence[Threshold]) -> dict[str, Any]:
         else:
             first_chunk, groups = _chunk_and_groups(draw, thresholds, s)
         absorbed = s - first_chunk
-        chunk = first_chunk + (draw(st.sampled_from([0, 0, 0, 1, 7])) if absorbed == 0 else 0)
+        chunk = first_chunk + (draw(_sampled([0, 0, 0, 1, 7])) if absorbed == 0 else 0)
         g = model.n_groups({"groups": groups, "chunk": chunk}, s)
         probe_top = min(g + 2, CLAIM_PROBES) if claim else g + 2
         # off, a small window, or one around query 0's causal keys (row0 + 1 of them)
-        local_base = st.sampled_from([0, 0, 1, 2, 4, row0, row0 + 1, row0 + 2])
+        local_base = _sampled([0, 0, 1, 2, 4, row0, row0 + 1, row0 + 2])
         case.update(
             chunk=chunk, groups=groups,
             top_g=_relative(draw, "probe_over_groups", thresholds, g, 1, probe_top,
                             _probes(min(g, probe_top))),
-            iters=_size(draw, "iters", thresholds, lo=0, hi=3, base=st.integers(0, 3)),
+            iters=_size(draw, "iters", thresholds, lo=0, hi=3, base=_integers(0, 3)),
             sink=_relative(draw, "sink_over_row0", thresholds, row0 + 1, 0, s + 2, local_base),
             local=_relative(draw, "local_over_row0", thresholds, row0 + 1, 0, s + 2,
                             local_base),
         )
     # The bulk data last: small configuration draws made after hundreds of value draws are
     # explored far less evenly by Hypothesis (threshold boundaries would be missed).
-    case["seed"] = draw(st.integers(0, 2**32 - 1))
+    case["seed"] = draw(_integers(0, 2**32 - 1))
     case["q"], case["w"], case["k"] = _values(draw, s, t, h, d)
     return case
 

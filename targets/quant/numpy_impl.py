@@ -95,17 +95,58 @@ def fwht_blocks(x: np.ndarray, chunks: Sequence[int]) -> np.ndarray:
 
     Butterflies in place on a copy: ``log2(c)`` levels of ``(a + b, a - b)``, then one multiply by
     ``1/sqrt(c)`` per chunk (exact for ``c = 4^k``).  Sylvester ordering, like the reference.
+
+    Chunks in the binary-expansion order (powers of two, largest first) all start at a multiple
+    of their own size, so level ``h`` is one butterfly over the prefix of the chunks of at least
+    ``2h`` coordinates -- every chunk's level at once, the same additions on the same elements --
+    and the normalisation one multiply by a per-coordinate ``1/sqrt(c)``.  Other chunkings take
+    the chunk-by-chunk path.
     """
-    out = np.array(x, copy=True)
+    out = np.array(x, copy=True, order="C")
+    if not _largest_first(chunks) or sum(chunks) != out.shape[-1]:
+        return _fwht_each_chunk(out, chunks)
+    lead = out.shape[:-1]
+    h = 1
+    while True:
+        prefix = sum(c for c in chunks if c >= 2 * h)
+        if prefix == 0:
+            break
+        pairs = out[..., :prefix].reshape(*lead, prefix // (2 * h), 2, h)  # a view: in place
+        a, b = pairs[..., 0, :], pairs[..., 1, :]
+        total, difference = a + b, a - b
+        a[...] = total
+        b[...] = difference
+        h *= 2
+    out *= _normalisers(tuple(chunks), out.dtype.name)
+    return out
+
+
+def _largest_first(chunks: Sequence[int]) -> bool:
+    return all(c > 0 and c & (c - 1) == 0 for c in chunks) and all(
+        a >= b for a, b in zip(chunks, chunks[1:]))
+
+
+@functools.lru_cache(maxsize=CACHED_COLLECTIONS)
+def _normalisers(chunks: tuple[int, ...], dtype: str) -> np.ndarray:
+    """Each coordinate's ``1/sqrt(c)`` (its chunk's), in ``dtype`` -- as a scalar per chunk."""
+    kind = np.dtype(dtype).type
+    return _read_only(np.concatenate(
+        [np.full(c, kind(1.0 / np.sqrt(c)), dtype=dtype) for c in chunks]))
+
+
+def _fwht_each_chunk(out: np.ndarray, chunks: Sequence[int]) -> np.ndarray:
+    """:func:`fwht_blocks` one chunk at a time, for any chunking (in place on ``out``)."""
     offset = 0
     for c in chunks:
-        block = np.ascontiguousarray(out[..., offset:offset + c])
+        block = np.array(out[..., offset:offset + c], copy=True, order="C")
         lead = block.shape[:-1]
         h = 1
         while h < c:
             pairs = block.reshape(*lead, c // (2 * h), 2, h)
             a, b = pairs[..., 0, :], pairs[..., 1, :]
-            block = np.stack([a + b, a - b], axis=-2).reshape(*lead, c)
+            total, difference = a + b, a - b
+            a[...] = total
+            b[...] = difference
             h *= 2
         out[..., offset:offset + c] = block * out.dtype.type(1.0 / np.sqrt(c))
         offset += c
