@@ -19,6 +19,7 @@ case holds exactly what the kernel will see.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Any, Callable, Sequence
 
@@ -232,8 +233,10 @@ def fill(kind_name: str, shape: Sequence[int], domain: Domain, seed: int) -> np.
     raise ValueError(f"unknown value kind {kind_name!r}")
 
 
+@functools.lru_cache(maxsize=512)
 def element(domain: Domain) -> st.SearchStrategy[float]:
-    """Hypothesis floats of the domain, with its edges (ties come from small integers)."""
+    """Hypothesis floats of the domain, with its edges (ties come from small integers).  Built
+    once per domain: an array drawn element by element asks for it on every draw."""
     top = domain.largest
     width = 64 if domain.dtype == "float64" else 32
     bound = largest_at_most(top, "float64" if width == 64 else "float32")
