@@ -27,14 +27,18 @@ a read of unwritten KV.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import numbers
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Callable, Optional
 
 from fuzzkit.targets.paged_kv.protocol import Allocation, Config
 
 Stamp = tuple[tuple[int, ...], Optional[int], Optional[int]]
+#: A stamp as KV memory holds it: ``(prefix id, adapter, salt)``, the prefix interned by the
+#: driver (:meth:`Driver._key`), so that a read compares three numbers instead of two prefixes.
+Key = tuple[int, Optional[int], Optional[int]]
 
 
 class Violation(Exception):
@@ -53,8 +57,10 @@ class ProtocolTypeError(TypeError):
 
 
 def _is_int(value: Any) -> bool:
-    """Python and NumPy integers; not bools (a bool where a count belongs is an adapter bug)."""
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+    """Python and NumPy integers; not bools (a bool where a count belongs is an adapter bug).
+    A plain ``int`` is answered before the ABC check (millions of calls per run)."""
+    kind = type(value)
+    return kind is int or (kind is not bool and isinstance(value, numbers.Integral))
 
 
 def _int_list(value: Any) -> bool:
@@ -75,6 +81,39 @@ _INSPECT_FIELDS: dict[str, tuple[Callable[[Any], bool], Callable[[Any], bool], s
     "tables": (_is_int, _int_list, "{request id (int): [block id (int), ...]}"),
     "tokens_in_table": (_is_int, _is_int, "{request id (int): token count (int)}"),
 }
+#: Every field of ``inspect()``, in the order :func:`_plain_inspection` unpacks them.
+_INSPECTED = ("free_queue", "ref_cnt", "block_hash", "cached", "tables", "tokens_in_table")
+_INSPECTED_SET = frozenset(_INSPECTED)
+assert _INSPECTED_SET == {"free_queue", *_INSPECT_FIELDS}
+
+
+#: The exact types of a plain inspection (:func:`_plain_inspection`).
+_INTS = frozenset({int})
+_HASHES = frozenset({int, type(None)})
+_LISTS = frozenset({list})
+
+
+def _types(items: Iterable[Any]) -> set[type]:
+    return set(map(type, items))
+
+
+def _plain_inspection(state: Any) -> bool:
+    """Whether ``state`` is made of exactly the plain types -- a dict of dicts and lists of
+    ``int`` (hashes ``int`` or ``None``), what fuzzkit's managers return.  Such a state has the
+    protocol's types, so :func:`checked_inspection` accepts it after one pass of C-level type
+    lookups per field instead of an ABC check per entry (the wider types it also accepts, NumPy
+    integers, tuples, other mappings, and every wrong type, take the entry-by-entry path)."""
+    if type(state) is not dict or not state.keys() >= _INSPECTED_SET:
+        return False
+    queue, ref_cnt, block_hash, cached, tables, tokens = (state[f] for f in _INSPECTED)
+    if type(queue) is not list or any(type(state[f]) is not dict for f in _INSPECT_FIELDS):
+        return False
+    lists = itertools.chain(cached.values(), tables.values())
+    if not (_types(lists) <= _LISTS and _types(block_hash.values()) <= _HASHES):
+        return False
+    ints = itertools.chain(queue, ref_cnt, ref_cnt.values(), block_hash, cached, tables, tokens,
+                           tokens.values(), *cached.values(), *tables.values())
+    return _types(ints) <= _INTS
 
 
 def checked_inspection(state: Any) -> dict[str, Any]:
@@ -82,6 +121,8 @@ def checked_inspection(state: Any) -> dict[str, Any]:
     :class:`ProtocolTypeError` naming the first field, entry and type that are wrong.  Hashes
     must be ints: an engine with bytes or string hashes converts them in its adapter (e.g.
     ``int.from_bytes(h, "big")``), so that equal hashes stay equal."""
+    if _plain_inspection(state):  # the common case, at C speed; else entry by entry
+        return dict(state)
     if not isinstance(state, Mapping):
         raise ProtocolTypeError(f"inspect() returned a {type(state).__name__}; expected a dict "
                                 f"with the fields {', '.join(['free_queue', *_INSPECT_FIELDS])}")
@@ -128,18 +169,30 @@ class _Shadow:
     salt: Optional[int]
     pending: list[int] = dataclasses.field(default_factory=list)  # positions to write
     refill: Optional[_Refill] = None
+    #: ``keys[k]``: the memory key of position ``k`` (:meth:`Driver._key`), for the positions
+    #: asked so far (tokens are append-only, so a position's key never changes)
+    keys: list[Key] = dataclasses.field(default_factory=list)
 
     def stamp(self, position: int) -> Stamp:
         return (tuple(self.tokens[: position + 1]), self.adapter, self.salt)
 
 
 class Driver:
-    def __init__(self, manager: Any, config: Config) -> None:
+    """``trusted``: the manager is fuzzkit's reference, whose ``inspect()`` builds plain dicts
+    and lists of ints by construction: its states are checked for the invariants, not for their
+    types (:func:`checked_inspection` stays for every manager under test)."""
+
+    def __init__(self, manager: Any, config: Config, *, trusted: bool = False) -> None:
         self.manager = manager
         self.config = config
+        self.trusted = trusted
         self.b = config.block_size
-        self.memory: dict[int, Stamp] = {}  # slot -> stamp
+        self.memory: dict[int, Key] = {}  # slot -> stamp (as a key: :meth:`_key`)
         self.requests: dict[int, _Shadow] = {}
+        #: interned token prefixes: ``(parent id, token) -> id``, and ``id -> (parent, token)``
+        #: (id 0 is the empty prefix); equal prefixes have equal ids, whichever request wrote
+        self.prefix_ids: dict[tuple[int, int], int] = {}
+        self.prefixes: list[tuple[int, int]] = [(-1, 0)]
         self.inspectable = callable(getattr(manager, "inspect", None))
         self.checks_refills = self.inspectable and config.eviction == "penelope"
         # hashing "allocate": blocks are hashed when scheduled, so a step's batch writes every
@@ -196,24 +249,84 @@ class Driver:
                 self._store(other, self.requests[other])
         else:
             self._store(rid, shadow, table)
-        for query in shadow.pending:
-            for key in self._window(query):
-                slot = self._slot(table, key, rid, "read")
-                found = self.memory.get(slot)
-                if found != shadow.stamp(key):  # pragma: no cover - a broken manager only
-                    raise Violation("kv-content", self._describe_bad_read(rid, key, query, slot,
-                                                                          found, shadow))
+        if not self._reads_hold(shadow, table):
+            self._check_reads(rid, shadow, table)
         shadow.pending = []
         if shadow.refill is not None and shadow.refill.next == shadow.refill.hole_end:
             shadow.refill.written = True
         return self.manager.commit(rid)
+
+    def _reads_hold(self, shadow: _Shadow, table: list[int]) -> bool:
+        """Whether every read of the pass (:meth:`_check_reads`) finds its own stamp.  Memory
+        does not change while the queries read, so what a read finds depends on its key
+        position only: each position any query's window holds is read once, here."""
+        b, num_blocks, memory, key_of = self.b, self.config.num_blocks, self.memory, self._key
+        try:
+            for key in self._read_positions(shadow.pending):
+                index = key // b
+                if index >= len(table):
+                    return False
+                block = table[index]
+                if not 0 < block < num_blocks or memory.get(block * b + key % b) != key_of(
+                        shadow, key):
+                    return False
+        except TypeError:  # a table entry that is no block id: the full walk names it
+            return False
+        return True
+
+    def _read_positions(self, queries: Iterable[int]) -> Iterator[int]:
+        """Every key position some query's window holds, once each, ascending (a window ends
+        at its query and starts no earlier than a later query's)."""
+        end = -1
+        for query in sorted(set(queries)):
+            yield from range(max(self._window(query).start, end + 1), query + 1)
+            end = query
+
+    def _check_reads(self, rid: int, shadow: _Shadow, table: list[int]) -> None:
+        """Every query's reads, in order: raises the first read that does not find its stamp."""
+        for query in shadow.pending:
+            for key in self._window(query):
+                slot = self._slot(table, key, rid, "read")
+                found = self.memory.get(slot)
+                if found != self._key(shadow, key):  # pragma: no cover - a broken manager only
+                    raise Violation("kv-content", self._describe_bad_read(rid, key, query, slot,
+                                                                          found, shadow))
 
     def _store(self, rid: int, shadow: _Shadow, table: Optional[list[int]] = None) -> None:
         """Write the KV of ``rid``'s scheduled tokens through its block table."""
         if table is None:
             table = list(self.manager.block_table(rid))
         for position in shadow.pending:
-            self.memory[self._slot(table, position, rid, "write")] = shadow.stamp(position)
+            self.memory[self._slot(table, position, rid, "write")] = self._key(shadow, position)
+
+    def _key(self, shadow: _Shadow, position: int) -> Key:
+        """The stamp of ``position`` (:meth:`_Shadow.stamp`: the tokens up to it, at most all of
+        them, and the extra keys) as memory holds it, its prefix interned."""
+        if 0 <= position < len(shadow.keys):
+            return shadow.keys[position]
+        tokens, keys = shadow.tokens, shadow.keys
+        # the last token the stamp holds (a negative position slices like the stamp's does)
+        last = min(position, len(tokens) - 1) if position >= 0 else len(tokens[:position + 1]) - 1
+        while len(keys) <= last:
+            parent = keys[-1][0] if keys else 0
+            link = (parent, tokens[len(keys)])
+            prefix = self.prefix_ids.get(link)
+            if prefix is None:
+                prefix = self.prefix_ids[link] = len(self.prefixes)
+                self.prefixes.append(link)
+            keys.append((prefix, shadow.adapter, shadow.salt))
+        if last < 0:  # no tokens: the empty prefix
+            return (0, shadow.adapter, shadow.salt)
+        return keys[last]
+
+    def _stamp(self, key: Key) -> Stamp:
+        """The stamp a memory key stands for (for messages)."""
+        prefix, adapter, salt = key
+        tokens = []
+        while prefix:
+            prefix, token = self.prefixes[prefix]
+            tokens.append(token)
+        return (tuple(reversed(tokens)), adapter, salt)
 
     def _land_in_flight(self, rid: int) -> None:
         """Hashing "allocate": a request released with scheduled tokens still has its step in
@@ -243,7 +356,7 @@ class Driver:
         result = self.manager.fork(src, dst)
         if result and src in self.requests:
             s = self.requests[src]
-            self.requests[dst] = _Shadow(list(s.tokens), s.adapter, s.salt)
+            self.requests[dst] = _Shadow(list(s.tokens), s.adapter, s.salt, keys=list(s.keys))
         return result
 
     def preempt(self, rid: int) -> Any:
@@ -290,12 +403,13 @@ class Driver:
         return block * self.b + position % self.b
 
     def _describe_bad_read(self, rid: int, key: int, query: int, slot: int,
-                           found: Optional[Stamp],
+                           found_key: Optional[Key],
                            shadow: _Shadow) -> str:  # pragma: no cover - on failure only
         head = (f"request {rid} (query position {query}) reads position {key} from slot {slot} "
                 f"(block {slot // self.b})")
-        if found is None:
+        if found_key is None:
             return f"{head}: nothing was ever written there"
+        found = self._stamp(found_key)
         tokens, adapter, salt = found
         if tokens == tuple(shadow.tokens[: key + 1]):
             return (f"{head}: same tokens but other extra keys (adapter={adapter}, salt={salt}; "
@@ -310,7 +424,7 @@ class Driver:
     def _admitted(self, rid: int, shadow: _Shadow, allocation: Allocation) -> Optional[_Refill]:
         """Check what an admission reuses (the table entries that kept their hash: hits; new
         blocks have none) and where it starts computing; return the refill if it has a hole."""
-        state = checked_inspection(self.manager.inspect())
+        state = self.inspection()
         table = state["tables"].get(rid, [])
         start, end = allocation.computed, allocation.computed + allocation.scheduled
         written = range(0)  # allocate hashing: blocks this step fills are hashed, not reused
@@ -352,15 +466,87 @@ class Driver:
 
     # ------------------------------------------------------------------ structure
 
+    def inspection(self) -> dict[str, Any]:
+        """The manager's ``inspect()``, its types checked unless the manager is ``trusted``."""
+        state = self.manager.inspect()
+        return state if self.trusted else checked_inspection(state)
+
     def check_structure(self) -> None:
         if not self.inspectable:  # pragma: no branch - fuzzkit's managers all inspect
             return
-        state = checked_inspection(self.manager.inspect())
+        self.check_state(self.inspection())
+
+    def check_state(self, state: dict[str, Any]) -> None:
+        """The invariants of one inspected state (a subclass adds its own checks)."""
         check_structure(state, self.config)
 
 
 def check_structure(state: dict[str, Any], config: Config) -> None:
-    """The structural invariants of docs/COMPONENTS.md §1 on an inspected manager state."""
+    """The structural invariants of docs/COMPONENTS.md §1 on an inspected manager state.
+
+    They run after every step of every program, so they are decided first with set and counter
+    arithmetic (:func:`_structure_holds`, linear in the state); only a state that fails there
+    is walked block by block (:func:`_check_structure_entries`), which raises the first broken
+    invariant with its message."""
+    if not _structure_holds(state, config):
+        _check_structure_entries(state, config)
+
+
+def _structure_holds(state: dict[str, Any], config: Config) -> bool:
+    """Whether every invariant of :func:`_check_structure_entries` holds, decided without its
+    per-block scans of the free queue: the same conditions, as equalities of sets and counts.
+    False for anything unusual (a ``None`` table entry, an unhashable block id): the entry walk
+    judges those."""
+    try:
+        return _counts_hold(state, config) and _hashes_hold(state) and _lengths_hold(state,
+                                                                                    config)
+    except TypeError:
+        return False
+
+
+def _counts_hold(state: dict[str, Any], config: Config) -> bool:
+    """Null block, duplicates, ``ref_cnt == holders``, ``ref_cnt == 0 <=> free`` and the block
+    count.  With ``used`` the blocks ``1 .. n - 1`` of nonzero count: the counts equal the
+    holders' exactly when ``used`` equals the holders within the pool; given that, "zero count
+    <=> in the queue" is "the queue's blocks within the pool are the others"."""
+    ref_cnt: dict[int, int] = state["ref_cnt"]
+    queue: list[int] = state["free_queue"]
+    tables: dict[int, list[int]] = state["tables"]
+    n = config.num_blocks
+    free = set(queue)
+    if 0 in free or ref_cnt.get(0, 0) or len(free) != len(queue):
+        return False
+    if not config.sliding_window and any(0 in table for table in tables.values()):
+        return False
+    holders = Counter(itertools.chain.from_iterable(tables.values()))
+    used = {b: count for b, count in ref_cnt.items() if count and 0 < b < n}
+    if used != {b: count for b, count in holders.items() if 0 < b < n}:
+        return False
+    free_in_pool = {b for b in free if 0 < b < n}
+    return (free_in_pool.isdisjoint(used) and len(free_in_pool) + len(used) == n - 1
+            and len(queue) + len(used) + 1 == n)
+
+
+def _hashes_hold(state: dict[str, Any]) -> bool:
+    """Every cached block carries its hash, and every hashed block is cached: with each block
+    listed once, the hashed blocks and the listed ones are the same map ``block -> hash`` (a
+    block listed twice goes to the entry walk)."""
+    block_hash: dict[int, Any] = state["block_hash"]
+    cached: dict[Any, list[int]] = state["cached"]
+    listed = {b: h for h, blocks in cached.items() for b in blocks}
+    if len(listed) != sum(map(len, cached.values())):
+        return False
+    return listed == {b: h for b, h in block_hash.items() if h is not None}
+
+
+def _lengths_hold(state: dict[str, Any], config: Config) -> bool:
+    tokens = state["tokens_in_table"]
+    b = config.block_size
+    return all(len(table) == -(-tokens.get(rid, 0) // b) for rid, table in state["tables"].items())
+
+
+def _check_structure_entries(state: dict[str, Any], config: Config) -> None:
+    """The structural invariants entry by entry: raises the first :class:`Violation`."""
     ref_cnt: dict[int, int] = state["ref_cnt"]
     queue: list[int] = state["free_queue"]
     tables: dict[int, list[int]] = state["tables"]
@@ -417,13 +603,15 @@ OPS = ("add", "allocate", "write", "forward", "publish", "append", "fork", "pree
 
 def run_program(manager_factory: Callable[..., Any], inputs: dict[str, Any], *,
                 guarded: bool = False,
-                kernel_driver: Callable[..., Any] | None = None) -> dict[str, Any]:
+                kernel_driver: Callable[..., Any] | None = None,
+                trusted: bool = False) -> dict[str, Any]:
     """``inputs -> {"steps": [...], "violation": None | {...}}`` for one manager class.
 
     ``guarded``: the manager gets a :class:`~fuzzkit.oracles.kvguard.KVGuard` (it must accept
     ``guard=``) and every forward pass runs the guarded Triton kernels
     (:class:`~fuzzkit.targets.paged_kv.kernel_driver.KernelDriver`, or ``kernel_driver``: a subclass
-    whose forward passes launch another engine's kernels).
+    whose forward passes launch another engine's kernels).  ``trusted``: the manager is fuzzkit's
+    reference (see :class:`Driver`).
     """
     from fuzzkit.oracles.kvguard import GuardViolation, KVGuard
 
@@ -437,7 +625,7 @@ def run_program(manager_factory: Callable[..., Any], inputs: dict[str, Any], *,
         driver: Driver = (kernel_driver or KernelDriver)(
             manager_factory(config, guard=guard), config, guard, inputs.get("kv_values"))
     else:
-        driver = Driver(manager_factory(config), config)
+        driver = Driver(manager_factory(config), config, trusted=trusted)
     steps: list[dict[str, Any]] = []
     for index, step in enumerate(inputs["program"]):
         op = step["op"]

@@ -39,7 +39,7 @@ import numpy as np
 from fuzzkit import values
 from fuzzkit.reach import Threshold
 from fuzzkit.oracles.kvguard import KVGuard
-from fuzzkit.targets.paged_kv.driver import Driver, Violation, checked_inspection
+from fuzzkit.targets.paged_kv.driver import Driver, Violation
 from fuzzkit.targets.paged_kv.protocol import Config
 
 HEADS, KV_HEADS, HEAD_DIM = 4, 2, 8  # two query heads per kv head (GQA)
@@ -144,15 +144,14 @@ class KernelDriver(Driver):
         self.value_cache = torch.zeros(shape, dtype=torch.float32, device=self.device)
         guard.attach_device(self.device, MAX_REQUESTS)
 
-    def check_structure(self) -> None:
+    def check_state(self, state: dict[str, Any]) -> None:
         """KVGuard's allocation checks (class 1) first, so that the guard names what it sees;
-        then the driver's own structural invariants."""
-        if self.inspectable:  # pragma: no branch - the optimized manager always inspects
-            state = checked_inspection(self.manager.inspect())  # types first, then the guard
-            self.guard.check_manager(state)
-            for rid, table in state["tables"].items():
-                self.guard.check_table(rid, table, state["tokens_in_table"][rid])
-        super().check_structure()
+        then the driver's own structural invariants (on the same inspected state, its types
+        checked first)."""
+        self.guard.check_manager(state)
+        for rid, table in state["tables"].items():
+            self.guard.check_table(rid, table, state["tokens_in_table"][rid])
+        super().check_state(state)
 
     def copy_block(self, src: int, dst: int) -> None:
         """Copy-on-write on the device: the cache rows, and the guard's written/position shadow

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import functools
 import json
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Optional
 
 from fuzzkit import reach
 from fuzzkit.targets.paged_kv.driver import OPS, Driver, Violation
@@ -43,10 +43,13 @@ NAMES = ("live_requests", "table_blocks", "request_id", "query_len", "key_span",
 
 
 class _Recorder(Driver):
-    """The plain driver on the reference manager, recording sizes (no structure checks)."""
+    """The plain driver on the reference manager, recording sizes: no structure checks, no
+    refill checks and no KV memory (what a pass writes and reads changes no size; the target's
+    reference run checks all of them on every case)."""
 
     def __init__(self, config: Config) -> None:
-        super().__init__(ReferenceManager(config), config)
+        super().__init__(ReferenceManager(config), config, trusted=True)
+        self.checks_refills = False
         self.seen: dict[str, set[int]] = {name: set() for name in NAMES}
 
     def check_structure(self) -> None:
@@ -77,6 +80,12 @@ class _Recorder(Driver):
         rids = self._pending_rids()
         self.launch(rids)
         return [[rid, Driver.write(self, rid)] for rid in rids]
+
+    def _store(self, rid: int, shadow: Any, table: Optional[list[int]] = None) -> None:
+        pass  # no KV memory: sizes only
+
+    def _reads_hold(self, shadow: Any, table: list[int]) -> bool:
+        return True  # nothing was stored to read
 
 
 def _request_ids(program: Iterable[Mapping[str, Any]]) -> set[int]:

@@ -54,12 +54,12 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import random
 from typing import Any, Callable, Optional, Sequence
 
 from hypothesis import strategies as st
 
-from fuzzkit import program as swarming
 from fuzzkit import reach, values
 from fuzzkit.targets.paged_kv.protocol import ALL_CAPABILITIES, Capabilities
 from fuzzkit.targets.paged_kv.protocol import EXTRA_KEYS as KEY_NAMES
@@ -82,6 +82,9 @@ ALPHABETS: tuple[tuple[tuple[int, ...], int], ...] = (
 #: equal to 0 modulo 256 and ``2**32`` (narrow LoRA-id / salt fields).
 EXTRA_KEYS: tuple[tuple[Optional[int], int], ...] = (
     (None, 16), (0, 4), (1, 4), (256, 1), (2**32, 1), (2**31 - 1, 1))
+#: :data:`EXTRA_KEYS`, each value repeated by its weight: a uniform index picks by weight.
+EXTRA_VALUES: tuple[Optional[int], ...] = tuple(
+    value for value, weight in EXTRA_KEYS for _ in range(weight))
 #: The chunk kinds and their default swarm weights (see the module docstring).
 CHUNKS: tuple[tuple[str, int], ...] = (
     ("serve", 14), ("served_and_done", 12), ("add", 8), ("step", 14), ("decode", 12),
@@ -122,23 +125,53 @@ def _ints(lo: int, hi: int) -> st.SearchStrategy[int]:
     return st.integers(lo, hi)
 
 
-@functools.lru_cache(maxsize=None)
-def _int_lists(lo: int, hi: int, min_size: int, max_size: int) -> st.SearchStrategy[list[int]]:
-    return st.lists(_ints(lo, hi), min_size=min_size, max_size=max_size)
-
-
 @functools.lru_cache(maxsize=4096)
 def _pick(items: tuple[Any, ...]) -> st.SearchStrategy[Any]:
     return st.sampled_from(items)
 
 
+#: Choices packed into one draw span at most this many values (the draw is ``PACK_BYTES``
+#: random bytes; the extra two bytes keep the modulo bias of a digit below ``2**-16``).  A draw
+#: costs the same whatever it holds, and a program of a few hundred single draws spent most of
+#: its time in Hypothesis's per-draw bookkeeping.
+PACK = 1 << 48
+
+
 @functools.lru_cache(maxsize=None)
-def _uniform(count: int) -> st.SearchStrategy[int]:
-    """``0 .. count - 1`` close to uniformly: the sum of two draws modulo ``count``.  A single
-    draw is 0 far more often than its share (a quarter of the draws in a long program), which
-    would make the first of a few choices the common one; this still shrinks to 0."""
-    return st.tuples(_ints(0, count - 1), _ints(0, count - 1)).map(
-        lambda pair: (pair[0] + pair[1]) % count)
+def _bytes(count: int) -> st.SearchStrategy[bytes]:
+    return st.binary(min_size=count, max_size=count)
+
+
+def _digits(draw: Draw, radices: Sequence[int]) -> list[int]:
+    """One choice in ``0 .. r - 1`` per radix ``r``, uniform and independent, from as few
+    draws as fit in :data:`PACK` (mixed radix, the first choice most significant).
+
+    A draw is a string of random bytes, not an integer: Hypothesis draws an integer in a wide
+    range far from uniformly (most draws of ``integers(0, 2**24 - 1)`` are below ``2**13``),
+    which would pin the leading choices of a packed draw to 0; its bytes are uniform.  They
+    replay and shrink like any draw (towards zero bytes: every choice 0)."""
+    out: list[int] = []
+    i = 0
+    while i < len(radices):
+        span, j = radices[i], i + 1
+        while j < len(radices) and span * radices[j] <= PACK:
+            span *= radices[j]
+            j += 1
+        value = 0
+        if span > 1:
+            value = int.from_bytes(draw(_bytes((span.bit_length() + 23) // 8)), "big") % span
+        chunk = []
+        for radix in reversed(radices[i:j]):
+            value, digit = divmod(value, radix)
+            chunk.append(digit)
+        out += reversed(chunk)
+        i = j
+    return out
+
+
+def _bits(draw: Draw, count: int) -> list[bool]:
+    """``count`` fair coin flips (:func:`_digits`)."""
+    return [bool(d) for d in _digits(draw, (2,) * count)]
 
 
 def _choose(draw: Draw, table: Sequence[tuple[Any, int]]) -> Any:
@@ -152,27 +185,22 @@ def _choose(draw: Draw, table: Sequence[tuple[Any, int]]) -> Any:
     return table[-1][0]  # pragma: no cover - unreachable: k < total
 
 
+def _weighted(table: Sequence[tuple[Any, int]]) -> tuple[Any, ...]:
+    """``table``'s items, each repeated by its weight: index ``k`` is :func:`_choose`'s item for
+    the draw ``k`` (so one packed digit of radix ``len`` makes the same weighted choice)."""
+    return tuple(item for item, weight in table for _ in range(weight))
+
+
 #: Weights of the eviction policies (in tenths when all three are declared).
 EVICTION_WEIGHTS = (("lru", 5), ("session", 2), ("penelope", 3))
 
 
-@functools.lru_cache(maxsize=None)
-def _eviction(declared: tuple[str, ...] = ("lru", "session", "penelope")
-              ) -> st.SearchStrategy[str]:
+def _eviction(draw: Draw, declared: Sequence[str] = ("lru", "session", "penelope")) -> str:
     """Among the declared policies with :data:`EVICTION_WEIGHTS` (all three: half "lru" -- the
     default keeps its coverage --, 3 in 10 "penelope", 2 in 10 "session"); shrinks to the first
     declared in that order ("lru") when the policy does not matter."""
-    table = [(name, weight) for name, weight in EVICTION_WEIGHTS if name in declared]
-    total = sum(weight for _, weight in table)
-
-    def pick(k: int) -> str:
-        for name, weight in table:
-            if k < weight:
-                return name
-            k -= weight
-        return table[-1][0]  # pragma: no cover - unreachable: k < total
-
-    return _uniform(total).map(pick)
+    table = _weighted([(name, weight) for name, weight in EVICTION_WEIGHTS if name in declared])
+    return str(table[_index(draw, len(table))])
 
 
 def _banned_ops(capabilities: Capabilities, window_mode: str, hashing: str) -> frozenset[str]:
@@ -206,14 +234,21 @@ def _within(ops: Ops, banned: frozenset[str], keys: Sequence[str]) -> Ops:
     return out
 
 
+#: A prompt's cut relative to a block edge (``_Gen.prompt``): one before, at it twice, one after.
+EDGE_OFFSETS = (-1, 0, 0, 1)
+
+
+def _edge_blocks(block_size: int) -> int:
+    """Blocks a prompt's document prefix spans at most: up to 5, fewer for big blocks (at most
+    about 48 tokens)."""
+    return min(5, max(2, 48 // block_size))
+
+
 @functools.lru_cache(maxsize=None)
-def _edge_length(block_size: int) -> st.SearchStrategy[int]:
-    """Lengths at ``k*b - 1``, ``k*b`` and ``k*b + 1`` mostly, anything up to the max sometimes
-    (``k`` up to 5 blocks, fewer for big blocks: at most about 48 tokens)."""
-    max_blocks = min(5, max(2, 48 // block_size))
-    edge = st.builds(lambda k, d: max(1, k * block_size + d),
-                     _ints(1, max_blocks), st.sampled_from([-1, 0, 0, 1]))
-    return st.one_of(edge, edge, edge, _ints(1, max_blocks * block_size + 1))
+def _edge_sizes(block_size: int) -> tuple[int, ...]:
+    """An allocation's usual sizes: around a block edge, two blocks, past four blocks."""
+    b = block_size
+    return tuple(sorted({1, max(1, b - 1), b, b + 1, 2 * b, 4 * b + 1}))
 
 
 def _add(rid: int, tokens: list[int], adapter: Any = None, salt: Any = None) -> dict[str, Any]:
@@ -340,21 +375,25 @@ class _Gen:
     # ---- request ids
 
     def pick(self, draw: Draw) -> int:
-        """A registered request mostly; any id (often unknown) sometimes."""
-        if self.live and draw(_ints(0, 7)) > 0:
-            return self.live[draw(_ints(0, len(self.live) - 1))]
-        return draw(_ints(0, self.plan.ids - 1))
+        """A registered request mostly (7 in 8); any id (often unknown) sometimes."""
+        live = self.live
+        if not live:
+            return draw(_ints(0, self.plan.ids - 1))
+        choice, anyone = _digits(draw, (8 * len(live), self.plan.ids))
+        return live[choice % len(live)] if choice >= len(live) else anyone
 
     def fresh(self, draw: Draw) -> int:
         """An id that is not registered (when one is left): the lowest one half the time (an
-        engine reuses its lowest free slot), else any; sometimes any id (a refused add)."""
+        engine reuses its lowest free slot), else any; sometimes (1 in 10) any id (a refused
+        add)."""
         free = [r for r in range(self.plan.ids) if r not in self.live]
-        mode = draw(_ints(0, 9))
-        if free and mode >= 5:
+        if not free:
+            return draw(_ints(0, self.plan.ids - 1))
+        choice, anyone = _digits(draw, (10 * len(free), self.plan.ids))
+        mode, index = divmod(choice, len(free))
+        if mode >= 5:
             return free[0]
-        if free and mode > 0:
-            return free[draw(_ints(0, len(free) - 1))]
-        return draw(_ints(0, self.plan.ids - 1))
+        return free[index] if mode > 0 else anyone
 
     def register(self, *rids: int) -> None:
         for rid in rids:
@@ -369,40 +408,56 @@ class _Gen:
     # ---- tokens and keys
 
     def extra(self, draw: Draw) -> Optional[int]:
-        return _choose(draw, EXTRA_KEYS)
+        return EXTRA_VALUES[draw(_ints(0, len(EXTRA_VALUES) - 1))]
+
+    def extras(self, draw: Draw) -> tuple[Optional[int], Optional[int]]:
+        """An adapter and a salt (:data:`EXTRA_KEYS`, independently), in one draw."""
+        adapter, salt = _digits(draw, (len(EXTRA_VALUES),) * 2)
+        return EXTRA_VALUES[adapter], EXTRA_VALUES[salt]
 
     def tokens(self, draw: Draw, count: int) -> list[int]:
-        """``count`` tokens of the documents' vocabulary: drawn one by one when few (they
-        shrink), from a seed when many (one draw: long prompts are most of a program's
+        """``count`` tokens of the documents' vocabulary: each its own digit when few (they
+        shrink one by one), from a seed when many (long prompts were most of a program's
         draws otherwise)."""
         if count <= 8:
-            return draw(_int_lists(0, 3, count, count))
+            return _digits(draw, (4,) * count)
         return _seeded(draw(_ints(0, 2**31 - 1)), count, 0)
 
     def prompt(self, draw: Draw, length: Optional[int] = None) -> list[int]:
-        """A document prefix (cut at a block edge ± 1, or at ``length``) plus a few tokens."""
-        doc = self.documents[draw(_ints(0, len(self.documents) - 1))]
+        """A document prefix (cut at a block edge ± 1, or at ``length``) plus a few tokens.
+        The documents all have the same length (:func:`_documents`)."""
+        b, span = self.b, len(self.documents[0])
         if length is None:
-            cut = draw(_edge_length(self.b))
-            suffix = draw(_int_lists(0, 3, 0, self.b + 1))
-            return (doc[:cut] + suffix) or [0]
-        cut = min(length, draw(_ints(0, len(doc))) if draw(BOOLS) else 0)
-        return doc[:cut] + self.tokens(draw, length - cut)
+            max_blocks = _edge_blocks(b)
+            doc, mode, edge, anywhere, count, *few = _digits(
+                draw, (len(self.documents), 4, 4 * max_blocks, max_blocks * b + 1, b + 2,
+                       *(4,) * min(b + 1, 8)))
+            cut = (max(1, (1 + edge // 4) * b + EDGE_OFFSETS[edge % 4]) if mode < 3
+                   else 1 + anywhere)  # 3 in 4 at a block edge (k*b - 1, k*b, k*b + 1)
+            return (self.documents[doc][:cut] + self._more(draw, count, few)) or [0]
+        doc, shared, cut = _digits(draw, (len(self.documents), 2, span + 1))
+        cut = min(length, cut) if shared else 0
+        return self.documents[doc][:cut] + self.tokens(draw, length - cut)
+
+    def _more(self, draw: Draw, count: int, few: list[int]) -> list[int]:
+        """``count`` tokens: the digits ``few`` drawn along with the count when they suffice
+        (as :meth:`tokens` draws up to 8), else :meth:`tokens`."""
+        return few[:count] if count <= len(few) else self.tokens(draw, count)
 
     def big(self, draw: Draw) -> int:
         """One of the plan's big token sizes."""
-        return self.plan.big_tokens[draw(_ints(0, len(self.plan.big_tokens) - 1))]
+        return self.plan.big_tokens[_digits(draw, (len(self.plan.big_tokens),))[0]]
 
     def size(self, draw: Draw) -> int:
-        """Tokens for one allocation: block edges mostly, the plan's big size sometimes, and
-        rarely 0 or a negative count (the protocol schedules nothing then)."""
-        b = self.b
+        """Tokens for one allocation: block edges mostly (17 in 20), the plan's big size
+        sometimes (2 in 20), and rarely (1 in 20) 0 or a negative count (the protocol schedules
+        nothing then)."""
         mode = draw(_ints(0, 19))
         if mode >= 18:
             return self.big(draw)
         if mode == 17:
             return draw(_pick((0, -1)))
-        return draw(_pick(tuple(sorted({1, max(1, b - 1), b, b + 1, 2 * b, 4 * b + 1}))))
+        return draw(_pick(_edge_sizes(self.b)))
 
     def decode(self, draw: Draw, rid: int) -> Ops:
         """One decode step (``k`` tokens: speculative decoding when ``k > 1``); with
@@ -410,8 +465,9 @@ class _Gen:
         (async scheduling order), where trims that count unwritten tokens free blocks too
         early.  Without ``publish`` trimmed blocks are unhashed, go to the front of the free
         queue and come straight back to the next allocation."""
-        new = self.tokens(draw, draw(_ints(1, self.b + 1)))
-        trim_in_flight, publish = draw(BOOLS), draw(BOOLS)
+        more, trim_in_flight, publish, *few = _digits(
+            draw, (self.b + 1, 2, 2, *(4,) * min(self.b + 1, 8)))
+        new = self._more(draw, 1 + more, few)
         write, trim = _op("write", rid), _op("trim", rid)
         return [{"op": "append", "rid": rid, "tokens": new}, _allocate(rid, len(new)),
                 *((trim, write) if trim_in_flight else (write, trim)),
@@ -420,11 +476,13 @@ class _Gen:
 
 def _interleave(draw: Draw, sides: list[Ops]) -> Ops:
     """A random merge of several op sequences, each keeping its order (the scheduler runs the
-    requests' steps in any order)."""
+    requests' steps in any order): each op comes from a uniformly chosen side among those left
+    (a digit whose radix every such count divides)."""
     sides = [list(side) for side in sides if side]
+    radix = math.lcm(*range(1, len(sides) + 1))
     out: Ops = []
-    while sides:
-        side = sides[draw(_ints(0, len(sides) - 1))]
+    for digit in _digits(draw, (radix,) * sum(map(len, sides))):
+        side = sides[digit % len(sides)]
         out.append(side.pop(0))
         sides = [s for s in sides if s]
     return out
@@ -438,9 +496,9 @@ def _chunk_serve(draw: Draw, g: _Gen) -> Ops:
     of the plan's big size -- one request's queries, keys and tokens in one forward pass."""
     rid = g.fresh(draw)
     g.register(rid)
-    if draw(_ints(0, 3)) == 0:
-        return _serve(rid, g.prompt(draw, g.big(draw)), g.extra(draw), g.extra(draw))
-    return _serve(rid, g.prompt(draw), g.extra(draw), g.extra(draw))
+    big, adapter, salt = _digits(draw, (4, len(EXTRA_VALUES), len(EXTRA_VALUES)))
+    prompt = g.prompt(draw, g.big(draw)) if big == 0 else g.prompt(draw)
+    return _serve(rid, prompt, EXTRA_VALUES[adapter], EXTRA_VALUES[salt])
 
 
 def _chunk_wide(draw: Draw, g: _Gen) -> Ops:
@@ -450,7 +508,7 @@ def _chunk_wide(draw: Draw, g: _Gen) -> Ops:
     free = [r for r in range(g.plan.ids) if r not in g.live]
     rid = free[0] if free else g.fresh(draw)
     tokens = g.tokens(draw, g.unused_big.pop(0) if g.unused_big else g.big(draw))
-    ops = _serve(rid, tokens, g.extra(draw), g.extra(draw))
+    ops = _serve(rid, tokens, *g.extras(draw))
     if draw(BOOLS):
         g.release(rid)
         return ops + [_op("finish", rid)]
@@ -464,25 +522,27 @@ def _chunk_admit_later(draw: Draw, g: _Gen) -> Ops:
     pool's size) may evict the blocks the lookup found before the request pins them."""
     rid = g.fresh(draw)
     g.register(rid)
-    ops: Ops = [_add(rid, g.prompt(draw), g.extra(draw), g.extra(draw))]
-    for _ in range(draw(_ints(1, 2))):
+    ops: Ops = [_add(rid, g.prompt(draw), *g.extras(draw))]
+    slots = g.num_blocks * g.b
+    others, size1, finish1, size2, finish2, huge = _digits(draw, (2, slots, 2, slots, 2, 2))
+    for size, finish in [(size1, finish1), (size2, finish2)][:1 + others]:
         other = g.fresh(draw)
-        size = draw(_ints(1, g.num_blocks * g.b))
-        ops += _serve(other, _filler(draw(_ints(0, 2**31 - 1)), size))
-        if draw(BOOLS):
+        ops += _serve(other, _filler(draw(_ints(0, 2**31 - 1)), 1 + size))
+        if finish:
             ops.append(_op("finish", other))
             g.release(other)
         else:
             g.register(other)
-    return ops + [_allocate(rid, draw(_pick((g.size(draw), 10**6)))),
-                  _op("write", rid), _op("publish", rid)]
+    size = g.size(draw)
+    return ops + [_allocate(rid, (size, 10**6)[huge]), _op("write", rid),
+                  _op("publish", rid)]
 
 
 def _chunk_served_and_done(draw: Draw, g: _Gen) -> Ops:
     """A finished request leaves its published blocks cached: the next prompt can hit them."""
     rid = g.fresh(draw)
     g.release(rid)
-    return _serve(rid, g.prompt(draw), g.extra(draw), g.extra(draw)) + [_op("finish", rid)]
+    return _serve(rid, g.prompt(draw), *g.extras(draw)) + [_op("finish", rid)]
 
 
 def _chunk_add(draw: Draw, g: _Gen) -> Ops:
@@ -491,13 +551,14 @@ def _chunk_add(draw: Draw, g: _Gen) -> Ops:
     rid = g.fresh(draw)
     g.register(rid)
     tokens = [] if draw(_ints(0, 15)) == 0 else g.prompt(draw)
-    return [_add(rid, tokens, g.extra(draw), g.extra(draw))]
+    return [_add(rid, tokens, *g.extras(draw))]
 
 
 def _chunk_step(draw: Draw, g: _Gen) -> Ops:
     """A scheduled step of a live request (a chunk of its prefill), maybe published."""
     rid = g.pick(draw)
-    return ([_allocate(rid, g.size(draw)), _op("write", rid)]
+    size = g.size(draw)
+    return ([_allocate(rid, size), _op("write", rid)]
             + ([_op("publish", rid)] if draw(BOOLS) else []))
 
 
@@ -546,9 +607,10 @@ def _chunk_fork(draw: Draw, g: _Gen) -> Ops:
     sometimes of a request with a step in flight (refused: its KV is not written yet)."""
     src, dst = g.pick(draw), g.fresh(draw)
     g.register(dst)
-    in_flight = [_allocate(src, g.size(draw))] if draw(_ints(0, 3)) == 0 else []
+    flight, side, decode = _digits(draw, (4, 2, 2))
+    in_flight = [_allocate(src, g.size(draw))] if flight == 0 else []
     return [*in_flight, {"op": "fork", "src": src, "dst": dst},
-            *(g.decode(draw, draw(_pick((src, dst)))) if draw(BOOLS) else [])]
+            *(g.decode(draw, (src, dst)[side]) if decode else [])]
 
 
 def _continuation(draw: Draw, g: _Gen, rid: int) -> Ops:
@@ -557,19 +619,20 @@ def _continuation(draw: Draw, g: _Gen, rid: int) -> Ops:
     first decodes a block's worth and publishes it: each side's own continuation of the shared
     prefix is cached (where state shared by the sides would mix them up)."""
     ops: Ops = []
-    if _index(draw, 3) > 0:
-        tokens = g.tokens(draw, g.b + _index(draw, 2))
+    first, first_too, extra, extra_too, steps, finish, *kinds = _digits(
+        draw, (3, 3, 2, 2, 3, 3, 4, 4, 4))
+    if (first + first_too) % 3 > 0:  # as _index: the sum of two digits
+        tokens = g.tokens(draw, g.b + (extra + extra_too) % 2)
         ops += [{"op": "append", "rid": rid, "tokens": tokens}, _allocate(rid, len(tokens)),
                 _op("write", rid), _op("publish", rid)]
-    for _ in range(draw(_ints(1, 3))):
-        kind = draw(_ints(0, 3))
+    for kind in kinds[:1 + steps]:
         if kind <= 1:
             ops += g.decode(draw, rid)
         elif kind == 2:
             ops.append(_op("publish", rid))
         else:
             ops += [_allocate(rid, g.size(draw)), _op("write", rid)]
-    if draw(_ints(0, 2)) == 0:
+    if finish == 0:
         ops.append(_op("finish", rid))
         g.release(rid)
     return ops
@@ -584,20 +647,20 @@ def _chunk_fork_both(draw: Draw, g: _Gen) -> Ops:
     through the blocks the sides published."""
     ops: Ops = []
     prompt: Optional[list[int]] = None
-    if g.live and draw(BOOLS):
+    live, blocks, partial, trim = _digits(draw, (2, 4, max(1, g.b - 1), 2))
+    if g.live and live:
         src = g.pick(draw)
     else:
         src = g.fresh(draw)
-        length = draw(_ints(1, 4)) * g.b + draw(_ints(1, max(1, g.b - 1)))
-        prompt = g.prompt(draw, length)
-        ops += _serve(src, prompt, g.extra(draw), g.extra(draw))
+        prompt = g.prompt(draw, (1 + blocks) * g.b + 1 + partial)
+        ops += _serve(src, prompt, *g.extras(draw))
         g.register(src)
-        if g.window is not None and draw(BOOLS):  # blocks left the window: the forked table
+        if g.window is not None and trim:  # blocks left the window: the forked table
             ops.append(_op("trim", src))  # holds null entries (shared by neither side)
     ops += _beams(draw, g, src)
     if prompt is not None and _index(draw, 4) > 0:
-        winner = draw(_pick(tuple(sorted({op["dst"] for op in ops if op["op"] == "fork"}
-                                         | {src}))))
+        beams = tuple(sorted({op["dst"] for op in ops if op["op"] == "fork"} | {src}))
+        winner = beams[draw(_ints(0, len(beams) - 1))]
         text = prompt + [t for op in ops if op["op"] == "append" and op["rid"] == winner
                          for t in op["tokens"]]
         ops += _chunk_turn(draw, g, text)
@@ -608,7 +671,8 @@ def _chunk_turn(draw: Draw, g: _Gen, text: list[int]) -> Ops:
     """A new request whose prompt is ``text`` plus a few tokens, prefilled and published."""
     rid = g.fresh(draw)
     g.register(rid)
-    tokens = text + g.tokens(draw, draw(_ints(0, g.b)))
+    count, *few = _digits(draw, (g.b + 1, *(4,) * min(g.b, 8)))
+    tokens = text + g._more(draw, count, few)
     return _serve(rid, tokens)
 
 
@@ -617,19 +681,21 @@ def _beams(draw: Draw, g: _Gen, src: int) -> Ops:
     :func:`_chunk_fork_both`)."""
     ops: Ops = []
     sides = [src]
-    for _ in range(draw(_ints(1, 2))):
-        parent, child = draw(_pick(tuple(sides))), g.fresh(draw)
+    forks, first_parent, second_parent, batch, *counts = _digits(
+        draw, (2, 1, 2, 3, *(g.b + 1,) * 3, *(2,) * 3))
+    for parent in (first_parent, second_parent)[:1 + forks]:
+        child = g.fresh(draw)
         if child in sides:
             break
-        ops.append({"op": "fork", "src": parent, "dst": child})
+        ops.append({"op": "fork", "src": sides[parent], "dst": child})
         g.register(child)
         sides.append(child)
-    if draw(_ints(0, 2)) == 0:  # every side decodes in one forward pass
-        news = {rid: g.tokens(draw, draw(_ints(1, g.b + 1))) for rid in sides}
+    if batch == 0:  # every side decodes in one forward pass
+        news = {rid: g.tokens(draw, 1 + count) for rid, count in zip(sides, counts)}
         ops += [{"op": "append", "rid": rid, "tokens": t} for rid, t in news.items()]
         ops += [_allocate(rid, len(t)) for rid, t in news.items()]
         ops.append({"op": "forward"})
-        ops += [_op("publish", rid) for rid in sides if draw(BOOLS)]
+        ops += [_op("publish", rid) for rid, publish in zip(sides, counts[3:]) if publish]
     return ops + _interleave(draw, [_continuation(draw, g, rid) for rid in sides])
 
 
@@ -642,27 +708,32 @@ def _chunk_crowd(draw: Draw, g: _Gen) -> Ops:
     free = [r for r in range(g.plan.ids) if r not in g.live]
     if len(free) < count:
         free = list(range(g.plan.ids))
-    start = draw(_ints(0, len(free) - count))
+    start, doc, shared, batched, decode = _digits(
+        draw, (len(free) - count + 1, len(g.documents), 3, 2, 2))
     rids = free[start:start + count]
-    doc = g.documents[draw(_ints(0, len(g.documents) - 1))]
-    shared = draw(_ints(0, 2)) * g.b
-    prompts = {rid: doc[:shared] + g.tokens(draw, draw(_ints(1, g.b + 1))) for rid in rids}
-    ops: Ops = [_add(rid, p, g.extra(draw) if draw(_ints(0, 3)) == 0 else None)
-                for rid, p in prompts.items()]
+    prefix = g.documents[doc][:shared * g.b]
+    # per request: its prompt's own tokens less one, an extra key (1 in 4: an adapter, else
+    # none), whether it publishes, whether it finishes
+    lengths = _digits(draw, (g.b + 1,) * count)
+    keyed = _digits(draw, (4 * len(EXTRA_VALUES),) * count)
+    publish, finish = _bits(draw, count), _bits(draw, count)
+    prompts = {rid: prefix + g.tokens(draw, 1 + n) for rid, n in zip(rids, lengths)}
+    ops: Ops = [_add(rid, p, EXTRA_VALUES[k] if k < len(EXTRA_VALUES) else None)
+                for (rid, p), k in zip(prompts.items(), keyed)]
     g.register(*rids)
-    batched = draw(BOOLS)
     for rid, p in prompts.items():
         ops.append(_allocate(rid, len(p)))
         if not batched:
             ops.append(_op("write", rid))
     if batched:
         ops.append({"op": "forward"})
-    ops += [_op("publish", rid) for rid in rids if draw(BOOLS)]
-    if draw(BOOLS):  # a decode round for (up to 9 of) the crowd, one forward pass
+    ops += [_op("publish", rid) for rid, flag in zip(rids, publish) if flag]
+    if decode:  # a decode round for (up to 9 of) the crowd, one forward pass
         decoding = rids[:9]
-        ops += [{"op": "append", "rid": rid, "tokens": g.tokens(draw, 1)} for rid in decoding]
+        tokens = _digits(draw, (4,) * len(decoding))  # one each
+        ops += [{"op": "append", "rid": rid, "tokens": [t]} for rid, t in zip(decoding, tokens)]
         ops += [_allocate(rid, 1) for rid in decoding] + [{"op": "forward"}]
-    done = [rid for rid in rids if draw(BOOLS)]
+    done = [rid for rid, flag in zip(rids, finish) if flag]
     g.release(*done)
     return ops + [_op("finish", rid) for rid in done]
 
@@ -672,27 +743,26 @@ def _chunk_long(draw: Draw, g: _Gen) -> Ops:
     table jumps past its row), in chunks (with trims under a window: a long table of null
     entries in a small pool), or prefilled in part and decoded to the end."""
     b, rid = g.b, g.fresh(draw)
-    length = max(1, g.plan.long_blocks * b - draw(_ints(0, b - 1)))
+    short, mode, publish, step, decodes, finish = _digits(draw, (b, 3, 2, 4, 3, 2))
+    length = max(1, g.plan.long_blocks * b - short)
     tokens = g.prompt(draw, length)
-    ops: Ops = [_add(rid, tokens, g.extra(draw), g.extra(draw))]
+    ops: Ops = [_add(rid, tokens, *g.extras(draw))]
     g.register(rid)
-    mode = draw(_ints(0, 2))
-    publish = draw(BOOLS)
     if mode == 0:
         ops += [_allocate(rid, length), _op("write", rid)]
     else:
-        chunk = max(draw(_pick((b, 2 * b, 4 * b, g.big(draw)))), -(-length // 10))
-        done = 0
-        while done < length:
+        chunk = max(g.big(draw) if step == 3 else (b, 2 * b, 4 * b)[step], -(-length // 10))
+        chunks = -(-length // chunk)
+        published = _bits(draw, chunks) if publish else [False] * chunks
+        for flag in published:
             ops += [_allocate(rid, chunk), _op("write", rid)]
             ops += ([_op("trim", rid)] if g.window is not None else [])
-            ops += ([_op("publish", rid)] if publish and draw(BOOLS) else [])
-            done += chunk
+            ops += ([_op("publish", rid)] if flag else [])
     if mode == 2:
-        for _ in range(draw(_ints(1, 3))):
+        for _ in range(1 + decodes):
             ops += g.decode(draw, rid)
     ops += [_op("publish", rid)] if publish else []
-    if draw(BOOLS):
+    if finish:
         ops.append(_op("finish", rid))
         g.release(rid)
     return ops
@@ -703,25 +773,26 @@ def _chunk_preempt_resume(draw: Draw, g: _Gen) -> Ops:
     is preempted, other requests push the pool, and it is scheduled again -- a new prefix
     lookup, hits on its own published blocks, recomputation of the rest."""
     ops: Ops = []
-    if g.live and draw(BOOLS):
+    live, decode, flight, other, again, *sized, decode_after = _digits(
+        draw, (2, 2, 3, 2, 2, 2, 2, 2))
+    if g.live and live:
         rid = g.pick(draw)
     else:
         rid = g.fresh(draw)
-        ops += _serve(rid, g.prompt(draw), g.extra(draw), g.extra(draw))
+        ops += _serve(rid, g.prompt(draw), *g.extras(draw))
         g.register(rid)
-    if draw(BOOLS):
+    if decode:
         ops += g.decode(draw, rid)
-    if draw(_ints(0, 2)) == 0:
+    if flight == 0:
         ops.append(_allocate(rid, g.size(draw)))  # a step in flight is dropped
     ops.append(_op("preempt", rid))
-    if draw(BOOLS):
-        other = g.fresh(draw)
-        ops += _serve(other, g.prompt(draw)) + [_op("finish", other)]
-    for _ in range(draw(_ints(1, 2))):
-        ops += [_allocate(rid, g.size(draw) if draw(BOOLS) else 10**6),
-                _op("write", rid)]
+    if other:
+        pusher = g.fresh(draw)
+        ops += _serve(pusher, g.prompt(draw)) + [_op("finish", pusher)]
+    for fits in sized[:1 + again]:
+        ops += [_allocate(rid, g.size(draw) if fits else 10**6), _op("write", rid)]
     ops.append(_op("publish", rid))
-    if draw(BOOLS):
+    if decode_after:
         ops += g.decode(draw, rid)
     return ops
 
@@ -731,8 +802,8 @@ def _chunk_reset_live(draw: Draw, g: _Gen) -> Ops:
     that succeeds, and a prompt that would have hit before it."""
     ops: Ops = [{"op": "reset"}]
     rids = list(g.live)
-    every = draw(BOOLS)  # else some stay: the second reset is refused too
-    done = [rid for rid in rids if every or draw(_ints(0, 4)) > 0]
+    every, *stays = _digits(draw, (2, *(5,) * len(rids)))  # else some (1 in 5) stay: the
+    done = [rid for rid, stay in zip(rids, stays) if every or stay > 0]  # second is refused too
     ops += [_op("finish", rid) for rid in done]
     g.release(*done)
     ops.append({"op": "reset"})
@@ -741,12 +812,16 @@ def _chunk_reset_live(draw: Draw, g: _Gen) -> Ops:
     return ops + _serve(rid, g.prompt(draw))
 
 
-@functools.lru_cache(maxsize=None)
-def _turns(b: int, num_blocks: int, count: int) -> st.SearchStrategy[list[Turn]]:
+def _turns(draw: Draw, g: _Gen, count: int) -> list[Turn]:
     """``count`` returning turns (:func:`_session`; the filler is drawn as a seed)."""
-    turn = st.tuples(_ints(1, 6), _ints(0, num_blocks - 2), _uniform(3),
-                     _ints(0, 2**31 - 1), _int_lists(0, 3, 1, 3 * b))
-    return st.lists(turn, min_size=count, max_size=count)
+    turns = []
+    for _ in range(count):
+        evicted, split, offset, offset_too, more = _digits(
+            draw, (6, g.num_blocks - 1, 3, 3, 3 * g.b))
+        seed = draw(_ints(0, 2**31 - 1))
+        turns.append((1 + evicted, split, (offset + offset_too) % 3, seed,
+                      g.tokens(draw, 1 + more)))
+    return turns
 
 
 def _chunk_sessions(draw: Draw, g: _Gen) -> Ops:
@@ -757,15 +832,15 @@ def _chunk_sessions(draw: Draw, g: _Gen) -> Ops:
     b, num_blocks = g.b, g.num_blocks
     if num_blocks * b > SLOTS:
         return _chunk_serve(draw, g)
-    full = draw(_ints(3, max(3, min(6, num_blocks - 2))))
-    doc = g.documents[draw(_ints(0, len(g.documents) - 1))]
-    history = doc[:full * b] + draw(_int_lists(0, 3, 0, b - 1))
-    turns = draw(_turns(b, num_blocks, 1 + _index(draw, 3)))  # one to three turns
+    full, doc, partial, count, count_too = _digits(
+        draw, (max(3, min(6, num_blocks - 2)) - 2, len(g.documents), b, 3, 3))
+    history = g.documents[doc][:(3 + full) * b] + g.tokens(draw, partial)
+    turns = _turns(draw, g, 1 + (count + count_too) % 3)  # one to three turns
     ids: list[int] = []
-    while len(ids) < 3:
-        rid = draw(_ints(0, g.plan.ids - 1))
-        if rid not in ids:
-            ids.append(rid)
+    while len(ids) < 3:  # three distinct ids, the first three of a uniform sequence
+        for rid in _digits(draw, (g.plan.ids,) * 3):
+            if rid not in ids and len(ids) < 3:
+                ids.append(rid)
     ops = _session(b, num_blocks, ids, g.live, history, turns)
     g.release(*g.live)
     g.register(ids[turns[-1][2] % 3])
@@ -777,12 +852,13 @@ def _chunk_steps(draw: Draw, g: _Gen) -> Ops:
     pass right after a preemption, a fork right before a trim, a reset after a fork: every
     ordered pair of operations, whatever the chunks above put next to each other."""
     ops: Ops = []
-    for _ in range(3 + _index(draw, 7)):
-        name = OPERATIONS[_index(draw, len(OPERATIONS))]
+    count, count_too, *names = _digits(draw, (7, 7, *(len(OPERATIONS),) * 18))
+    for first, second in list(zip(names[::2], names[1::2]))[:3 + (count + count_too) % 7]:
+        name = OPERATIONS[(first + second) % len(OPERATIONS)]  # as _index: two digits' sum
         if name == "add":
             rid = g.fresh(draw)
             g.register(rid)
-            ops.append(_add(rid, g.prompt(draw), g.extra(draw), g.extra(draw)))
+            ops.append(_add(rid, g.prompt(draw), *g.extras(draw)))
         elif name == "allocate":
             ops.append(_allocate(g.pick(draw), g.size(draw)))
         elif name == "append":
@@ -864,28 +940,54 @@ def _kv_values(draw: Draw) -> dict[str, list[str]]:
 
     out: dict[str, list[str]] = {}
     for role, domain in ROLE_DOMAINS.items():
-        allowed = tuple((k, w) for k, w in domain.allowed() if k != "drawn")
-        out[role] = [str(_choose(draw, allowed)) for _ in range(draw(_ints(1, 2)))]
+        kinds = _weighted([(k, w) for k, w in domain.allowed() if k != "drawn"])
+        two, first, second = _digits(draw, (2, len(kinds), len(kinds)))
+        out[role] = [str(kinds[first]), *([str(kinds[second])] if two else [])]
     return out
 
 
 def _index(draw: Draw, count: int) -> int:
-    """An index in ``0 .. count - 1``, close to uniform (:func:`_uniform`)."""
-    return int(draw(_uniform(count)))
+    """An index in ``0 .. count - 1``, uniform: the sum of two digits modulo ``count``, in one
+    draw.  (The sum was the cure for Hypothesis's integer draws, 0 far more often than their
+    share; the digits are uniform, and the sum keeps the choices the coverage tests measured.)"""
+    first, second = _digits(draw, (count, count))
+    return (first + second) % count
 
 
-def _kind(draw: Draw, config: dict[str, int]) -> str:
-    """One chunk kind with the swarm configuration's weights.  ``fuzzkit.program.weighted``
-    draws one index, which is 0 far more often than its share, giving the first kind about
-    twice its weight; :func:`_uniform` keeps close to the stated weights (and still shrinks to
-    the first kind)."""
+def _swarm(draw: Draw, table: Sequence[tuple[str, int]], keep: Sequence[str]) -> dict[str, int]:
+    """:func:`fuzzkit.program.swarm`'s configuration with its distribution -- all defaults in a
+    third of the programs; else each kind enabled with probability 3/4 (always if kept) and
+    weighted 1, its default or 8x its default -- from packed draws: one digit per kind, of 12
+    values (disabled in 3 of them) or 3 for a kept kind."""
+    defaults, *choices = _digits(draw, (3, *(3 if name in keep else 12 for name, _ in table)))
+    if defaults == 0:
+        return {name: weight for name, weight in table}
+    config: dict[str, int] = {}
+    for (name, weight), choice in zip(table, choices):
+        if name in keep or choice >= 3:
+            config[name] = (weight, 1, 8 * weight)[choice % 3]
+    if not config:
+        name, weight = table[draw(_ints(0, len(table) - 1))]
+        config[name] = weight
+    return config
+
+
+def _kind(draw: Draw, config: dict[str, int]) -> tuple[str, int]:
+    """One chunk kind with the swarm configuration's weights, and the program's stop digit
+    (0..15; the program stops after this chunk on 7, a middle value: Hypothesis favours the
+    ends of a range), in one draw.  ``fuzzkit.program.weighted`` draws one index, which is 0
+    more often than its share, giving the first kind more than its weight; the sum of two
+    digits (:func:`_index`) keeps close to the stated weights (and still shrinks to the first
+    kind)."""
     table = [(name, weight) for name, weight in config.items() if weight > 0]
-    k = _index(draw, sum(weight for _, weight in table))
+    total = sum(weight for _, weight in table)
+    first, second, stop = _digits(draw, (total, total, 16))
+    k = (first + second) % total
     for name, weight in table:
         if k < weight:
-            return name
+            return name, stop
         k -= weight
-    return table[-1][0]  # pragma: no cover - unreachable: k < total
+    return table[-1][0], stop  # pragma: no cover - unreachable: k < total
 
 
 @functools.lru_cache(maxsize=None)
@@ -918,7 +1020,7 @@ def inputs(draw: Draw, thresholds: Sequence[reach.Threshold] = (),
         kernels = any(t.size in TOKEN_SIZES for t in thresholds)
         max_steps = KERNEL_STEPS if kernels else STEPS
     caps = capabilities or ALL_CAPABILITIES
-    eviction = draw(_eviction(caps.eviction_policies))
+    eviction = _eviction(draw, caps.eviction_policies)
     hashing = caps.hashing[0] if len(caps.hashing) == 1 else (
         "allocate" if draw(_ints(0, 2)) == 2 else "publish")
     modes = [m for m in caps.windows if not (m == "eager" and eviction == "penelope")]
@@ -926,9 +1028,9 @@ def inputs(draw: Draw, thresholds: Sequence[reach.Threshold] = (),
     banned = _banned_ops(caps, window_mode, hashing)
     plan = _plan(draw, thresholds)
     off = {kind for op, kinds in CHUNKS_OF.items() if op in banned for kind in kinds}
-    config = swarming.swarm(draw, [(name, 16 if name == "sessions" and eviction != "lru"
-                                    else weight) for name, weight in CHUNKS if name not in off],
-                            keep=("serve",))
+    config = _swarm(draw, [(name, 16 if name == "sessions" and eviction != "lru"
+                            else weight) for name, weight in CHUNKS if name not in off],
+                    keep=("serve",))
     aimed = _aimed(plan)
     block_size = _block_size(draw, plan, [*config, *aimed])
     windowed = draw(_ints(0, 9)) >= 6 and bool(modes)  # about a third use a sliding window
@@ -955,8 +1057,9 @@ def inputs(draw: Draw, thresholds: Sequence[reach.Threshold] = (),
     # chunks until the budget; after each, 1 in 16 programs stops early (a middle value:
     # Hypothesis favours the ends of a range)
     while len(ops) < budget:
-        ops += GENERATORS[_kind(draw, config)](draw, g)
-        if draw(_ints(0, 15)) == 7:
+        kind, stop = _kind(draw, config)
+        ops += GENERATORS[kind](draw, g)
+        if stop == 7:
             break
     alphabet = _choose(draw, ALPHABETS)
     case = {
