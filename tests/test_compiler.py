@@ -157,6 +157,56 @@ def test_inductor_smoke() -> None:
     assert str(os.getpid()) in inductor.cache_dir()
 
 
+def test_inductor_reuses_a_compiled_graph_only_for_value_only_variants() -> None:
+    """A case that differs only in its values runs the graph compiled for an earlier case (no
+    compile) and gives that case's own results; any change of structure, dtype or dynamic
+    compiles anew."""
+    import copy
+
+    graph = copy.deepcopy(GRAPH)
+    graph["nodes"].append(node("n4", "clamp", ["n3"], [3, 5], min=-0.25, max=0.75))
+    graph["outputs"] = ["n4", "n2"]
+    first = {**case("bfloat16"), "graph": graph}
+    before = tc.compile_calls()
+    tc._inductor_run(first)
+    assert tc.compile_calls() == before + 1
+    rng = np.random.default_rng(7)
+    again = {**first, "graph": copy.deepcopy(graph),
+             "values": [rng.uniform(-2, 2, (3, 5)).astype(np.float32),
+                        rng.uniform(-2, 2, (5,)).astype(np.float32)]}
+    actual = tc._inductor_run(again)
+    assert tc.compile_calls() == before + 1  # reused
+    assert checks.oracle(again, tc.reference(again), actual) is None
+    eager = tc.reference({**again, "values": first["values"]})
+    assert not np.allclose(actual["outputs"][0], eager["outputs"][0])  # not the old results
+    moved = copy.deepcopy(graph)
+    moved["nodes"][-1]["attrs"]["max"] = 0.5
+    for variant in ({**again, "graph": moved}, {**again, "dtype": "float16"},
+                    {**again, "dynamic": True}):
+        calls = tc.compile_calls()
+        actual = tc._inductor_run(variant)
+        assert tc.compile_calls() == calls + 1
+        assert checks.oracle(variant, tc.reference(variant), actual) is None
+
+
+def test_structure_key_keeps_every_attribute_bit_and_type() -> None:
+    from fuzzkit.targets.compiler.inductor import structure_key
+
+    def key(**attrs):
+        graph = {"inputs": [{"name": "x0", "shape": [4]}],
+                 "nodes": [node("n0", "clamp", ["x0"], [4], **attrs)], "outputs": ["n0"]}
+        return structure_key(graph, "float32", "cpu", dynamic=False)
+
+    assert key(min=0.5) == key(min=0.5)
+    distinct = [key(min=0.5), key(min=0.5000000000000001), key(min=1), key(min=1.0),
+                key(min=True), key(min=-0.0), key(min=0.0), key(min=np.float32(0.5)),
+                key(min=[1]), key(min=(1,)), key(max=0.5)]
+    assert len(set(distinct)) == len(distinct)
+    graph = {"inputs": [{"name": "x0", "shape": [4]}], "nodes": [], "outputs": ["x0"]}
+    assert len({structure_key(graph, d, "cpu", dynamic=y)
+                for d in ("float32", "float16") for y in (False, True)}) == 4
+
+
 # ---------------------------------------------------------------------------------------------
 # reach: thresholds, sizes, value shares
 

@@ -33,14 +33,14 @@ Reach (:mod:`.thresholds`): each implementation declares where its code changes 
 fusing compiler's ``MAX_BLOCK`` tiles as launched (interpreter / GPU), Inductor's C++ vector
 widths, reduction cut-offs and realization threshold, Dynamo's 0/1 specialisation -- and the
 strategy (:mod:`.strategies`) aims its sizes at them; ``Target.sizes`` measures those sizes in a
-case.  Coverage measures the fusing package (``fuzzkit.targets.compiler.fusing``), Inductor's wrapper and
-the driver here.
+case.  Coverage measures the fusing package (``fuzzkit.targets.compiler.fusing``), Inductor's
+wrapper and the driver here.
 """
 
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Mapping
 
 from fuzzkit import triton_support
 from fuzzkit.target import Implementation, Target, lazy
@@ -64,36 +64,57 @@ def compile_calls() -> int:
 def torch_dtype(name: str) -> Any:
     import torch
 
-    return {"float32": torch.float32, "float16": torch.float16,
-            "bfloat16": torch.bfloat16}[name]
+    return {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[name]
 
 
-def run_compiled(compile_fx: Callable[..., Any], inputs: Mapping[str, Any], device: str,
-                 **options: Any) -> dict[str, Any]:
-    """Build the case's graph, compile it with ``compile_fx`` and run it on the case's values."""
+def run_compiled(
+    compile_fx: Callable[..., Any],
+    inputs: Mapping[str, Any],
+    device: str,
+    reuse: Any = None,
+    **options: Any,
+) -> dict[str, Any]:
+    """Build the case's graph, compile it with ``compile_fx`` and run it on the case's values.
+
+    ``reuse`` (Inductor's :class:`.inductor.CompiledGraphs`) skips building and compiling when a
+    case with the same structure (:func:`.inductor.structure_key`: everything but the values)
+    was compiled before in this process; the compiled callable then runs on this case's
+    values."""
     import numpy as np
     import torch
 
     from fuzzkit.targets.compiler.graphs import build
 
-    gm = build.to_graph_module(inputs["graph"])
     dtype = torch_dtype(inputs["dtype"])
-    tensors = [torch.as_tensor(np.asarray(v, dtype=np.float32)).to(device=device, dtype=dtype)
-               for v in inputs["values"]]
-    compiled = compile_fx(gm, tensors, **options)
+    tensors = [
+        torch.as_tensor(np.asarray(v, dtype=np.float32)).to(device=device, dtype=dtype)
+        for v in inputs["values"]
+    ]
+    compiled, key = None, None
+    if reuse is not None:
+        from fuzzkit.targets.compiler.inductor import structure_key
+
+        key = structure_key(inputs["graph"], inputs["dtype"], device, **options)
+        compiled = reuse.get(key)
+    if compiled is None:
+        gm = build.to_graph_module(inputs["graph"])
+        compiled = compile_fx(gm, tensors, **options)
+        if reuse is not None:
+            reuse.put(key, compiled)
     outs = compiled(*tensors)
-    return {"outputs": [o.detach().to(device="cpu", dtype=torch.float64).numpy()
-                        for o in outs]}
+    return {"outputs": [o.detach().to(device="cpu", dtype=torch.float64).numpy() for o in outs]}
 
 
 #: The built-in compilers: implementation name -> the module whose ``compile_fx(gm,
 #: example_inputs, **options)`` it runs.  A fixed allow-list: a name read from a file (a repro
 #: script's case, ``--impl``) selects among these modules, never names one.
-COMPILERS: dict[str, str] = {"fusing": "fuzzkit.targets.compiler.fusing",
-                             "inductor": "fuzzkit.targets.compiler.inductor"}
+COMPILERS: dict[str, str] = {
+    "fusing": "fuzzkit.targets.compiler.fusing",
+    "inductor": "fuzzkit.targets.compiler.inductor",
+}
 
 
-def compile_function(name: str) -> Optional[Callable[..., Any]]:
+def compile_function(name: str) -> Callable[..., Any] | None:
     """``compile_fx`` of the built-in compiler ``name`` (:data:`COMPILERS`), None for any other
     name (an implementation registered from outside runs through its own callable)."""
     import importlib
@@ -114,7 +135,14 @@ def _inductor_run(inputs: Mapping[str, Any]) -> dict[str, Any]:
     from fuzzkit.targets.compiler import inductor
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    return run_compiled(inductor.compile_fx, inputs, device, dynamic=bool(inputs.get("dynamic")))
+    inductor.configure()  # before the first structure key: it holds Inductor's config hash
+    return run_compiled(
+        inductor.compile_fx,
+        inputs,
+        device,
+        reuse=inductor.COMPILED,
+        dynamic=bool(inputs.get("dynamic")),
+    )
 
 
 def reference(inputs: Mapping[str, Any]) -> dict[str, Any]:
@@ -124,8 +152,6 @@ def reference(inputs: Mapping[str, Any]) -> dict[str, Any]:
     graph = inputs["graph"]
     values = build.run_reference(graph, inputs["values"])
     return {"outputs": [values[name] for name in graph["outputs"]], "intermediates": values}
-
-
 
 
 def _inductor_unavailable() -> Any:
@@ -145,22 +171,28 @@ def target() -> Target:
     return Target(
         name="compiler",
         description="random fx graphs compiled by torch.compile (Inductor) and an in-project "
-                    "fusing Triton compiler, in float32/float16/bfloat16, vs eager float64",
+        "fusing Triton compiler, in float32/float16/bfloat16, vs eager float64",
         strategy=lazy("fuzzkit.targets.compiler.strategies:inputs"),
         reference=reference,
         implementations={
             "fusing": Implementation(
-                "fusing", _fusing_run, backend="triton",
+                "fusing",
+                _fusing_run,
+                backend="triton",
                 description="in-project fusing compiler: elementwise chains + last-dim "
-                            "reductions as generated Triton kernels, the rest eager",
-                unavailable=triton_support.unavailable_with("fuzzkit.targets.compiler.fusing.runtime"),
+                "reductions as generated Triton kernels, the rest eager",
+                unavailable=triton_support.unavailable_with(
+                    "fuzzkit.targets.compiler.fusing.runtime"
+                ),
                 thresholds=thresholds.fusing_thresholds,
                 sources=("fuzzkit.targets.compiler.fusing",),
             ),
             "inductor": Implementation(
-                "inductor", _inductor_run, backend="torch",
+                "inductor",
+                _inductor_run,
+                backend="torch",
                 description="torch.compile(backend='inductor', fullgraph=True), static or "
-                            "dynamic shapes (C++ on CPU, Triton on GPU)",
+                "dynamic shapes (C++ on CPU, Triton on GPU)",
                 unavailable=_inductor_unavailable,
                 thresholds=thresholds.inductor_thresholds,
                 sources=("fuzzkit.targets.compiler.inductor",),

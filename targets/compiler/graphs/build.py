@@ -11,15 +11,19 @@ A graph may come from a file written by someone else, and its names and attribut
 the Python source torch.fx generates: :func:`validate_graph` (which :func:`to_graph_module` runs
 first) accepts only plain identifiers as names (:data:`NAME_PATTERN`, no keywords, no dunder
 prefix), exactly the record keys above, and per node exactly the attributes its op declares
-(:class:`fuzzkit.targets.compiler.graphs.ops.Attr`), with shapes that follow the op's concrete shape rule.
+(:class:`fuzzkit.targets.compiler.graphs.ops.Attr`), with shapes that follow the op's concrete
+shape rule.
 """
 
 from __future__ import annotations
 
 import copy
 import keyword
+import math
 import re
-from collections.abc import Mapping
+import threading
+from collections import OrderedDict
+from collections.abc import Hashable, Mapping
 from typing import Any, Sequence
 
 import numpy as np
@@ -43,6 +47,8 @@ __all__ = [
     "name_problem",
     "node_index",
     "consumers",
+    "eager_module",
+    "frozen",
 ]
 
 NAME_KEY = "fuzzkit_name"
@@ -50,8 +56,8 @@ NAME_KEY = "fuzzkit_name"
 
 def to_graph_module(graph: dict) -> torch.fx.GraphModule:
     """Build an fx GraphModule: one placeholder per input (in order), one ``call_function`` per node
-    (target = ``fuzzkit.targets.compiler.graphs.ops.<op>``, attrs as kwargs), ``forward`` returns a tuple
-    of outputs.
+    (target = ``fuzzkit.targets.compiler.graphs.ops.<op>``, attrs as kwargs), ``forward`` returns a
+    tuple of outputs.
     A graph :func:`validate_graph` refuses raises ValueError (nothing of it reaches fx)."""
     problem = validate_graph(graph)
     if problem is not None:
@@ -100,12 +106,61 @@ def _as_tensors(values: Sequence[Any], dtype: torch.dtype) -> list[torch.Tensor]
     return out
 
 
+def frozen(value: Any) -> Hashable:
+    """A hashable, type-tagged copy of a JSON-like value: lists, tuples, ints, bools, floats
+    (by ``repr``: ``-0.0``, NaN and every bit of a float kept), NumPy scalars and arrays (by
+    dtype and bytes) stay distinct wherever Dynamo could see them differently."""
+    kind = type(value)
+    if kind is str or kind is int or kind is bool or value is None:
+        return value if kind is not bool else ("bool", value)
+    if kind is float:
+        return ("float", repr(value))
+    if isinstance(value, Mapping):
+        return ("dict", tuple(sorted((str(k), frozen(v)) for k, v in value.items())))
+    if isinstance(value, (list, tuple)):
+        return (kind.__name__, tuple(frozen(v) for v in value))
+    if isinstance(value, np.ndarray):
+        return ("ndarray", value.dtype.str, value.shape, value.tobytes())
+    if isinstance(value, np.generic):
+        return ("numpy", value.dtype.str, value.tobytes())
+    if isinstance(value, float) and math.isnan(value):  # a float subclass
+        return (kind.__qualname__, "nan")
+    return (kind.__module__, kind.__qualname__, repr(value))
+
+
+#: GraphModules of the latest graphs run eagerly, by :func:`frozen` graph: the strategy's range
+#: check and the reference of the same case build one module, not two (each build is fx code
+#: generation plus a ``compile``, milliseconds).  Interpreting a module never changes it.
+_EAGER_MODULES: OrderedDict[Hashable, torch.fx.GraphModule] = OrderedDict()
+EAGER_MODULES_KEPT = 8
+_EAGER_LOCK = threading.Lock()
+
+
+def eager_module(graph: dict) -> torch.fx.GraphModule:
+    """:func:`to_graph_module` of ``graph``, shared by eager runs of equal graphs."""
+    try:
+        key = frozen(graph)
+    except RecursionError:  # nested past reason: to_graph_module's validation says what is wrong
+        return to_graph_module(graph)
+    with _EAGER_LOCK:
+        gm = _EAGER_MODULES.get(key)
+        if gm is not None:
+            _EAGER_MODULES.move_to_end(key)
+            return gm
+    gm = to_graph_module(graph)
+    with _EAGER_LOCK:
+        _EAGER_MODULES[key] = gm
+        while len(_EAGER_MODULES) > EAGER_MODULES_KEPT:
+            _EAGER_MODULES.popitem(last=False)
+    return gm
+
+
 def run_graph(
     graph: dict, values: Sequence[Any], dtype: torch.dtype = torch.float64
 ) -> dict[str, np.ndarray]:
     """Run eagerly in ``dtype`` on CPU (rounding after every op); every input and node as
     float64."""
-    gm = to_graph_module(graph)
+    gm = eager_module(graph)
     rec = _Recorder(gm)
     with torch.no_grad():
         rec.run(*_as_tensors(values, dtype))
