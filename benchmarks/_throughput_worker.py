@@ -100,10 +100,37 @@ def _list() -> dict[str, Any]:
     }
 
 
+#: Pairs this worker has warmed up (see :func:`_warm_up`).
+WARM: set[tuple[str, str]] = set()
+
+
+def _warm_up(target: Any, impl: Any) -> None:
+    """Judge one drawn case outside the timing, once per pair and worker: the first case of a
+    pair pays for imports, Triton's interpreter setup and Inductor's first compile (over 15 s
+    for Inductor), which says nothing about how fast the pair fuzzes, and would otherwise be
+    spread over one tree's cases differently from the other's (the old engine always ran a
+    first chunk of 10 cases, however long they took)."""
+    import warnings
+
+    from hypothesis.errors import NonInteractiveExampleWarning
+
+    strategy = target.strategy_for(impl) if hasattr(target, "strategy_for") else target.strategy()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", NonInteractiveExampleWarning)
+        inputs = strategy.example()
+    try:
+        runner.check_case(target, impl, inputs)
+    except Exception:  # noqa: BLE001 - a warm-up only; the measured run reports errors
+        pass
+
+
 def _run(request: dict[str, Any]) -> dict[str, Any]:
     target = TARGETS[request["target"]]
     impl = target.implementations[request["impl"]]
     budget, seed = float(request["budget"]), int(request["seed"])
+    if (request["target"], request["impl"]) not in WARM:
+        WARM.add((request["target"], request["impl"]))
+        _warm_up(target, impl)
     case_cpu = [0.0]
 
     def timed_check(*args: Any, **kwargs: Any) -> Any:

@@ -27,6 +27,9 @@ Why it is built this way:
   machine a worker gets a varying part of a core, and the wall-clock ratio of a short run moves
   by 2x between two runs of the same code; the CPU ratio does not depend on what else runs.
   The acceptance figure stays the wall-clock ratio; the CPU ratio says whether a change is real.
+* **Warm**: before a pair's first measurement each worker draws and judges one case of it
+  untimed, so that imports, interpreter setup and Inductor's first compile (over 15 s) are not
+  counted as fuzzing.
 * **Generation share** (this tree only): the runner's per-case check (reference,
   implementation, oracle and properties) is wrapped with a ``time.process_time()`` timer via the
   engine's ``checker`` hook, and compared with the process CPU time of the whole ``fuzz`` loop:
