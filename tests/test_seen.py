@@ -88,3 +88,24 @@ def test_the_first_chunk_is_sized_from_the_budget() -> None:
     assert first_chunk_size(0.1) == 10
     assert first_chunk_size(5) == 100
     assert first_chunk_size(10_000) == 1000
+
+
+def test_max_cases_counts_judged_cases_even_when_some_repeat() -> None:
+    """A run asked for N cases judges N distinct ones when the space has them, though chunks
+    open with a repeat (the simplest case)."""
+    from hypothesis import strategies as st2
+
+    def reference(inputs):
+        return {"y": np.array([inputs["x"]], np.int64)}
+
+    target = Target(
+        name="toy-wide", description="many cases",
+        strategy=lambda: st2.fixed_dictionaries({"x": st2.integers(0, 10**6).map(lambda v: v % 97)}),
+        reference=reference,
+        implementations={"same": Implementation("same", reference, backend="numpy")},
+        oracle=lambda inputs, expected, actual: None,
+    )
+    for n in (1, 11, 30, 47):
+        result = fuzz(target, target.implementation("same"), budget=30, seed=2,
+                      database_dir=None, profile="ci", max_cases=n)
+        assert result.cases == n, (n, result.cases, result.repeats)

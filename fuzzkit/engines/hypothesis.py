@@ -328,7 +328,10 @@ def fuzz(
             if max_cases is not None:
                 if result.cases >= max_cases:
                     break
-                examples = min(examples, max_cases - result.cases)
+                # never a chunk of fewer than the first chunk's minimum: Hypothesis opens every
+                # chunk with the simplest case, a repeat after the first chunk, so a chunk of
+                # one would only repeat (run_one ignores cases past max_cases)
+                examples = min(examples, max(max_cases - result.cases, FIRST_CHUNK_BOUNDS[0]))
             before_cases, before_time = result.cases, time.monotonic()
             chunk_seed = seed * 1_000_003 + chunk
             # seed first, settings last: ``hypothesis.seed`` switches the example database off
