@@ -150,14 +150,20 @@ def largest_at_most(top: float, dtype: str) -> float:
 
 
 def choose(draw: Callable[[Any], Any], table: Sequence[tuple[Any, int]]) -> Any:
-    """A weighted choice by one integer draw (``one_of`` does not weight); shrinks to the first."""
+    """A weighted choice by one integer draw (``one_of`` does not weight); shrinks to the first.
+    The integer strategy is built once per total (strategies draw hundreds of choices a case)."""
     total = sum(w for _, w in table)
-    k = draw(st.integers(0, total - 1))
+    k = draw(_indices(total))
     for item, weight in table:
         if k < weight:
             return item
         k -= weight
     return table[-1][0]  # pragma: no cover - unreachable: k < total
+
+
+@functools.lru_cache(maxsize=1024)
+def _indices(total: int) -> st.SearchStrategy[int]:
+    return st.integers(0, total - 1)
 
 
 def kind(draw: Callable[[Any], Any], domain: Domain) -> str:

@@ -174,15 +174,7 @@ def _bits(draw: Draw, count: int) -> list[bool]:
     return [bool(d) for d in _digits(draw, (2,) * count)]
 
 
-def _choose(draw: Draw, table: Sequence[tuple[Any, int]]) -> Any:
-    """:func:`fuzzkit.values.choose` (a weighted choice that shrinks to the first item) with a
-    cached integer strategy."""
-    k = draw(_ints(0, sum(weight for _, weight in table) - 1))
-    for item, weight in table:
-        if k < weight:
-            return item
-        k -= weight
-    return table[-1][0]  # pragma: no cover - unreachable: k < total
+_choose = values.choose  # a weighted choice that shrinks to the first item
 
 
 def _weighted(table: Sequence[tuple[Any, int]]) -> tuple[Any, ...]:

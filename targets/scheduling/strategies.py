@@ -74,15 +74,7 @@ def _untag(drawn: tuple[int, bool], tick: int) -> int:
     return k * tick if in_ticks else k
 
 
-def _choose(draw: Draw, table: Sequence[tuple[Any, int]]) -> Any:
-    """:func:`fuzzkit.values.choose` (one integer draw, shrinks to the first) with the integer
-    strategy built once per total."""
-    k = draw(_ints(0, sum(w for _, w in table) - 1))
-    for item, weight in table:
-        if k < weight:
-            return item
-        k -= weight
-    return table[-1][0]  # pragma: no cover - unreachable: k < total
+_choose = values.choose  # a weighted choice that shrinks to the first item
 
 
 def inputs(thresholds: Sequence[Threshold] = ()) -> st.SearchStrategy[dict[str, Any]]:
