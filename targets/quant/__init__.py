@@ -70,11 +70,13 @@ PROPERTIES = (
              "R preserves norms and inner products to 1e-12 (float64 run)"),
     Property("deterministic", relations.deterministic, "the same case twice gives identical outputs"),
     Property("scale-equivariant", checks.scale_equivariant,
-             "codes(4v) == codes(v), scale(4v) == 4 scale(v)"),
-    Property("self-score", checks.self_score, "symmetric self-score == ||v||^2 within bound"),
+             "codes(4v) == codes(v), scale(4v) == 4 scale(v)", uses_output=True),
+    Property("self-score", checks.self_score, "symmetric self-score == ||v||^2 within bound",
+             uses_output=True),
     Property("zero-vector", checks.zero_vector,
              "a zero vector: no NaN, the zero code, scale 0, scores 0"),
-    Property("encoded-size", checks.encoded_size, "D*bits/8 + 4 bytes, bits-wide codes"),
+    Property("encoded-size", checks.encoded_size, "D*bits/8 + 4 bytes, bits-wide codes",
+             uses_output=True),
 )
 
 

@@ -28,10 +28,7 @@ Scales and scores are judged in float32 whatever the precision: the stored scale
 
 from __future__ import annotations
 
-import copy
 import math
-import sys
-import weakref
 from typing import Any, Callable, Mapping, Optional
 
 import numpy as np
@@ -215,7 +212,8 @@ def oracle(inputs: Mapping[str, Any], expected: Mapping[str, Any],
 #
 # Each property runs the implementation itself (a property sees only ``impl`` and ``inputs``),
 # needs no reference, and is cheap enough to run on every generated case; the ones that only
-# read the case's own outputs share one run of it (:class:`_SharedRun`).
+# read the case's own outputs take the run the runner has just judged (``uses_output``) and run
+# the implementation themselves only when called without it.
 
 ORTHOGONALITY_TOLERANCE = 1e-12
 #: Power-of-two factor for the scaling relation: multiplying by 4 is exact in binary floating
@@ -226,68 +224,6 @@ ALPHA = 4.0
 
 def _invariant(name: str, message: str, **details: Any) -> Failure:
     return Failure("invariant", f"{name}: {message}", f"invariant:quant:{name}", details)
-
-
-#: Modules whose code an implementation of this target runs: a mutant replaces one of their
-#: attributes (a step of the encoder, the kernel), and a shared run must not outlive that.
-_CODE_MODULES = ("fuzzkit.targets.quant.numpy_impl", "fuzzkit.targets.quant.triton_impl",
-                 "fuzzkit.targets.quant.kernels", "fuzzkit.targets.quant.reference")
-
-
-def _code_state() -> tuple[int, ...]:
-    return tuple(id(value) for name in _CODE_MODULES if (module := sys.modules.get(name))
-                 for value in vars(module).values())
-
-
-def _same_inputs(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
-    if a.keys() != b.keys():
-        return False
-    for key, value in a.items():
-        other = b[key]
-        if isinstance(value, np.ndarray) or isinstance(other, np.ndarray):
-            if not (isinstance(value, np.ndarray) and isinstance(other, np.ndarray)
-                    and value.dtype == other.dtype and np.array_equal(value, other)):
-                return False
-        elif type(value) is not type(other) or value != other:
-            return False
-    return True
-
-
-class _SharedRun:
-    """The implementation's output for the case itself, run once and read by the properties that
-    only read it (``scale-equivariant``'s base run, ``self-score``, ``encoded-size``): one run
-    instead of three -- a property sees only ``impl`` and ``inputs``, not the runner's own run.
-
-    Reused only for the very same ``impl`` object (the runner hands every property of a case one
-    wrapper; held weakly, so a new wrapper at a recycled address never matches), equal inputs,
-    and unchanged code (:data:`_CODE_MODULES`: no mutant applied or removed in between).  An
-    implementation that is not deterministic is the ``deterministic`` property's finding."""
-
-    def __init__(self) -> None:
-        self._impl: weakref.ref[Any] | None = None
-        self._inputs: Mapping[str, Any] = {}
-        self._code: tuple[int, ...] = ()
-        self._output: Any = None
-
-    def __call__(self, impl: Impl, inputs: Mapping[str, Any]) -> Mapping[str, Any]:
-        code = _code_state()
-        if (self._impl is not None and self._impl() is impl and self._code == code
-                and _same_inputs(self._inputs, inputs)):
-            return self._output
-        self.clear()
-        output = impl(inputs)
-        try:
-            self._impl = weakref.ref(impl)
-        except TypeError:  # not weakly referable: never shared
-            return output
-        self._inputs, self._code, self._output = copy.deepcopy(dict(inputs)), code, output
-        return output
-
-    def clear(self) -> None:
-        self._impl, self._inputs, self._code, self._output = None, {}, (), None
-
-
-_shared_run = _SharedRun()
 
 
 def rotation_orthogonal(impl: Impl, inputs: Mapping[str, Any]) -> Optional[Failure]:
@@ -328,9 +264,10 @@ def rotation_orthogonal(impl: Impl, inputs: Mapping[str, Any]) -> Optional[Failu
     )
 
 
-def scale_equivariant(impl: Impl, inputs: Mapping[str, Any]) -> Optional[Failure]:
+def scale_equivariant(impl: Impl, inputs: Mapping[str, Any],
+                      output: Optional[Mapping[str, Any]] = None) -> Optional[Failure]:
     """``codes(alpha v) == codes(v)`` and ``scale(alpha v) == alpha scale(v)`` for alpha = 4."""
-    base = _shared_run(impl, inputs)
+    base = impl(inputs) if output is None else output
     scaled = impl({**inputs, "vectors": (inputs["vectors"] * np.float32(ALPHA))})
     c0, c1 = np.asarray(base["codes"]), np.asarray(scaled["codes"])
     if c0.shape != c1.shape or not np.array_equal(c0, c1):
@@ -350,10 +287,11 @@ def scale_equivariant(impl: Impl, inputs: Mapping[str, Any]) -> Optional[Failure
     return None
 
 
-def self_score(impl: Impl, inputs: Mapping[str, Any]) -> Optional[Failure]:
+def self_score(impl: Impl, inputs: Mapping[str, Any],
+               output: Optional[Mapping[str, Any]] = None) -> Optional[Failure]:
     """The symmetric self-score ``scale^2 ||c||^2`` equals ``||v||^2`` (float32 error bound:
     the same ``5D + 16`` as the symmetric scores)."""
-    out = _shared_run(impl, inputs)
+    out = impl(inputs) if output is None else output
     vectors = np.asarray(inputs["vectors"], dtype=np.float64)
     sym = np.asarray(out["symmetric_scores"])
     if sym.shape != (vectors.shape[0],) * 2:
@@ -396,9 +334,10 @@ def zero_vector(impl: Impl, inputs: Mapping[str, Any]) -> Optional[Failure]:
     return None
 
 
-def encoded_size(impl: Impl, inputs: Mapping[str, Any]) -> Optional[Failure]:
+def encoded_size(impl: Impl, inputs: Mapping[str, Any],
+                 output: Optional[Mapping[str, Any]] = None) -> Optional[Failure]:
     """``encoded_bytes == D * bits / 8 + 4`` and codes come in a ``bits``-wide dtype."""
-    out = _shared_run(impl, inputs)
+    out = impl(inputs) if output is None else output
     dim, bits = np.asarray(inputs["vectors"]).shape[1], int(inputs["bits"])
     want = reference.encoded_bytes(dim, bits)
     if out["encoded_bytes"] != want:
