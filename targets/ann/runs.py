@@ -19,7 +19,7 @@ from __future__ import annotations
 import weakref
 from typing import Any, Callable, Hashable, Mapping
 
-import numpy as np
+from fuzzkit.seen import fingerprint
 
 Impl = Callable[[Mapping[str, Any]], Mapping[str, Any]]
 
@@ -31,16 +31,14 @@ _MEMOS: weakref.WeakKeyDictionary[Any, dict[Hashable, Mapping[str, Any]]] = (
 
 
 def content_key(value: Any) -> Hashable:
-    """A hashable stand-in for ``value`` that is equal exactly when the content is: arrays by
-    dtype, shape and bytes; mappings and sequences element by element; scalars by type and
-    value (``1`` and ``True`` differ)."""
-    if isinstance(value, np.ndarray):
-        return ("array", value.dtype.str, value.shape, np.ascontiguousarray(value).tobytes())
-    if isinstance(value, Mapping):
-        return ("map", tuple(sorted((str(k), content_key(v)) for k, v in value.items())))
-    if isinstance(value, (list, tuple)):
-        return (type(value).__name__, tuple(content_key(v) for v in value))
-    return (type(value).__name__, value)
+    """A hashable stand-in for ``value``, equal exactly when the content is (dtypes, shapes,
+    bytes, scalar types and bits: ``1``, ``True`` and ``1.0`` differ, so do ``0.0`` and
+    ``-0.0``): the engine's case fingerprint (:func:`fuzzkit.seen.fingerprint`).  Raises
+    TypeError for a value it cannot encode."""
+    key = fingerprint(value)
+    if key is None:
+        raise TypeError(f"no content key for a {type(value).__name__}")
+    return key
 
 
 def run(impl: Impl, inputs: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -52,9 +50,8 @@ def run(impl: Impl, inputs: Mapping[str, Any]) -> Mapping[str, Any]:
         memo = _MEMOS.setdefault(impl, {})
     except TypeError:  # pragma: no cover - a callable that cannot be weakly referenced
         return impl(inputs)
-    key = content_key(inputs)
     try:
-        hash(key)
+        key = content_key(inputs)
     except TypeError:  # an input value without a content key: not shared
         return impl(inputs)
     if key not in memo:
