@@ -23,8 +23,17 @@ intermediates in hand the search can be a bisection instead:
 Every candidate must fail with the *same* dtype and error class as the original failure (the
 divergence signature ``mismatch:<op>:<dtype>:<class>``; the op may differ while searching), so the
 search stays on one bug.  Each implementation call is one compile; they are counted through
-:func:`fuzzkit.targets.compiler.compile_calls`, else (an implementation that does not go through it) by
-counting implementation calls.
+:func:`fuzzkit.targets.compiler.compile_calls`, else (an implementation that does not go
+through it) by counting implementation calls.
+
+A case's ``variants`` (other input shapes through one compile), ``dynamic`` mode and input
+``layouts`` go with every candidate: a window's inputs take, in each variant, that variant's
+input values or its own float64 reference values rounded to the dtype, and an original input
+keeps its layout (a value cut off upstream is passed contiguous); so a bug that needs a
+variant, a mode or a layout stays reproducible while the graph is cut down.  The oracle's other
+classes bisect the same way: an error class (a ``crash`` failure) like a crash, a dtype or a
+determinism failure (``mismatch`` kind, ``error_class`` ``dtype`` / ``nondeterministic``) like
+a divergence.
 
 :func:`bisection` is the ``compiler`` target's ``Target.bisect`` hook (:mod:`fuzzkit.shrink.hook`),
 which ``fuzzkit bisect`` runs; any other graph target may name it as its own hook too.  It writes
@@ -219,10 +228,33 @@ def bisect(
             rounded[name] = round_to_dtype(intermediates[name], dtype)
         return rounded[name]
 
+    # variants (other input shapes through the same compile) go along: a window's inputs in
+    # each variant are that variant's own input values or its reference values rounded
+    variant_inputs = [
+        {x["name"]: np.asarray(v) for x, v in zip(graph["inputs"], values)}
+        for values in inputs.get("variants") or ()
+    ]
+    variant_refs = [dict(r.get("intermediates") or {}) for r in expected.get("variants") or ()]
+    variant_rounded: list[dict[str, np.ndarray]] = [{} for _ in variant_inputs]
+    layout_of = dict(zip((x["name"] for x in graph["inputs"]), inputs.get("layouts") or ()))
+
+    def variant_value(k: int, name: str) -> np.ndarray:
+        if name in variant_inputs[k]:
+            return variant_inputs[k][name]
+        if name not in variant_rounded[k]:
+            variant_rounded[k][name] = round_to_dtype(variant_refs[k][name], dtype)
+        return variant_rounded[k][name]
+
     def case_for(sub: dict) -> Inputs:
-        out = {k: v for k, v in inputs.items() if k not in ("graph", "values")}
+        out = {k: v for k, v in inputs.items()
+               if k not in ("graph", "values", "variants", "layouts")}
         out["graph"] = sub
         out["values"] = [value_of(x["name"]) for x in sub["inputs"]]
+        if variant_inputs:
+            out["variants"] = [[variant_value(k, x["name"]) for x in sub["inputs"]]
+                               for k in range(len(variant_inputs))]
+        if layout_of:  # an original input keeps its layout, a cut-off value comes contiguous
+            out["layouts"] = [layout_of.get(x["name"], "contiguous") for x in sub["inputs"]]
         return out
 
     last: dict[str, Any] = {}

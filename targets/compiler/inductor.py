@@ -10,13 +10,14 @@ after the other, so what a single compile costs *around* the graph matters as mu
 * **Compiled graphs are reused** (:class:`CompiledGraphs`): cases that differ only in their
   input values (Hypothesis mutates values of an earlier case often) share one compiled callable,
   looked up by :func:`structure_key` -- the whole graph (ops, attributes, shapes, names,
-  outputs), the dtype, ``dynamic``, the device, and the Inductor and Dynamo configuration
-  hashes; nothing but the input tensors' values is left out, so a hit runs exactly the graph a
-  fresh compile would build.  Dynamo's caches are reset (``torch._dynamo.reset()``, and the
-  table emptied) every :data:`CACHE_SIZE` compiles, not before every compile: each built
-  ``GraphModule`` has its own ``forward`` code object (fx names its source uniquely), so
-  different graphs never count against one frame's recompile limit, and the periodic reset keeps
-  the accumulated limit and memory bounded.
+  outputs), the dtype, the dynamic mode, the inputs' layouts and the variants' input shapes (a
+  variant run recompiles or hits a guard: a reused callable must have seen the same sequence),
+  the device, and the Inductor and Dynamo configuration hashes; nothing but the input tensors'
+  values is left out, so a hit runs exactly the graph a fresh compile would build. Dynamo's
+  caches are reset (``torch._dynamo.reset()``, and the table emptied) every :data:`CACHE_SIZE`
+  compiles, not before every compile: each built ``GraphModule`` has its own ``forward`` code
+  object (fx names its source uniquely), so different graphs never count against one frame's
+  recompile limit, and the periodic reset keeps the accumulated limit and memory bounded.
 * **No compile-worker pool**: ``compile_threads = 1`` (unless ``TORCHINDUCTOR_COMPILE_THREADS``
   says otherwise) -- a fuzz case compiles a few kernels, and starting the subprocess pool
   (another interpreter importing torch) costs more than it saves, on a shared machine above all.
@@ -164,11 +165,14 @@ def fresh_dynamo() -> None:
 
 
 def compile_fx(
-    gm: Any, example_inputs: Sequence[Any], dynamic: bool = False
+    gm: Any, example_inputs: Sequence[Any], dynamic: bool | str | None = False
 ) -> Callable[..., tuple[Any, ...]]:
     """``torch.compile(gm, backend="inductor", dynamic=dynamic, fullgraph=True)``, compiled now
     (the first call runs on ``example_inputs``, so compile errors surface here); one call = one
-    compile (counted)."""
+    compile (counted).  ``dynamic``: False (static: a new shape recompiles), True (every dim a
+    symbol, except Dynamo's 0/1 specialisation) or ``"marked"`` (``dynamic=None``: the dims the
+    caller marked on ``example_inputs`` with ``torch._dynamo.maybe_mark_dynamic`` are symbols,
+    the rest static until Dynamo's automatic dynamic shapes make them so)."""
     configure()
     import torch
 
@@ -177,7 +181,8 @@ def compile_fx(
     count_compile()
     fresh_dynamo()
     _SINCE_RESET[0] += 1
-    compiled = torch.compile(gm, backend="inductor", dynamic=bool(dynamic), fullgraph=True)
+    mode = None if dynamic == "marked" or dynamic is None else bool(dynamic)
+    compiled = torch.compile(gm, backend="inductor", dynamic=mode, fullgraph=True)
 
     def run(*tensors: Any) -> tuple[Any, ...]:
         out = compiled(*tensors)

@@ -21,11 +21,21 @@ Six are *reach* mutants: each lives only past a threshold the strategy now aims 
 ``clamp-min-drops-nan``), an elementwise group one element past MAX_BLOCK
 (``elementwise-grid-floor``), a row one column past it (``long-row-truncated``), a reduction grid
 one row past a program (``reduction-store-drops-program-offset``).
+
+Three more act on the ``inductor`` implementation, i.e. on real Inductor, patched in-process
+(:data:`INDUCTOR_MUTANTS`, see the comment above them): ``inductor-gt-as-ge`` (aten.gt lowered
+as aten.ge), ``inductor-maximum-drops-nan`` (aten.maximum lowered as fmax) and
+``inductor-clamp-min-drops-nan`` (aten.clamp_min lowered as a select that turns NaN into the
+bound).  They exist to show, end to end, that the oracle judges what is exactly determined: a
+tie of exact operands, and the NaN/Inf pattern of special-value cases away from the elements that
+may overflow.
 """
 
 from __future__ import annotations
 
-from fuzzkit.mutants import source_edit
+from typing import Any, Callable
+
+from fuzzkit.mutants import Patch, derived, patch, source_edit
 from fuzzkit.target import Mutant
 
 #: Where a mutant's line is, and the attribute its edit swaps (each module imported only when a
@@ -202,5 +212,149 @@ for _name, _cls, _cite, (_module, _attribute), _old, _new, _text in MUTANTS_SPEC
 FUSION_ONLY = ("fused-sub-mul-stale-temp", "fused-reduction-reads-input")
 REACH = ("where-gt-as-ge", "maximum-drops-nan", "clamp-min-drops-nan", "elementwise-grid-floor",
          "long-row-truncated", "reduction-store-drops-program-offset")
+#: The fusing compiler's mutants (everything above); :data:`INDUCTOR_MUTANTS` act on Inductor.
+FUSING_MUTANTS: list[Mutant] = list(MUTANTS)
 
-__all__ = ["FUSION_ONLY", "MUTANTS", "MUTANTS_SPEC", "REACH"]
+
+# -- real Inductor -----------------------------------------------------------------------------
+#
+# Inductor's source cannot be copied and edited like the fusing compiler's (its modules import
+# each other relatively), so these mutants replace what Inductor looks up at compile time: the
+# table of lowerings its graph lowering reads (``torch._inductor.graph.lowerings``, the same dict
+# as ``torch._inductor.lowering.lowerings``), swapped for a copy with one entry changed -- the
+# copy is made afresh at each application (:func:`fuzzkit.mutants.derived`), the real table is
+# never written.  A lowering is backend-agnostic, so each bug shows in the C++ code on CPU and in
+# the Triton code on a GPU alike.
+#
+# Every Inductor mutant also turns off what would let a compile made under the mutant and one
+# made without it stand in for each other: Inductor's FX-graph cache and AOTAutograd's cache
+# (keyed by graph and config, not by a patched lowering table -- a clean compile found there
+# hides the mutant, a mutant compile left there becomes a false finding of the clean compiler
+# later in the same process), and the driver's table of compiled graphs
+# (:data:`fuzzkit.targets.compiler.inductor.COMPILED`: a fresh, empty one per application).
+
+_INDUCTOR_GRAPH = "torch._inductor.graph"
+
+
+def _lowerings_with(*swaps: tuple[str, str]) -> Callable[[dict], dict]:
+    """A builder of a copy of Inductor's lowering table in which each ``aten.<target>`` overload
+    is lowered by ``aten.<source>``'s lowering of the same overload name (``("gt", "ge")``:
+    ``gt.Tensor`` by ``ge.Tensor``, ``gt.Scalar`` by ``ge.Scalar``, ...)."""
+
+    def build(table: dict) -> dict:
+        import torch
+
+        aten = torch.ops.aten
+        copy = dict(table)
+        swapped = 0
+        for target, source in swaps:
+            target_op, source_op = getattr(aten, target), getattr(aten, source)
+            if target_op in table and source_op in table:
+                copy[target_op] = table[source_op]
+            for overload in target_op.overloads():
+                t = getattr(target_op, overload)
+                s = getattr(source_op, overload, None)
+                if t in table and s is not None and s in table:
+                    copy[t] = table[s]
+                    swapped += 1
+        if not swapped:  # a renamed op would silently test the clean compiler
+            raise RuntimeError(f"Inductor lowers none of {swaps}: the mutant would be a no-op")
+        return copy
+
+    return build
+
+
+def _maximum_ignoring_nan(table: dict) -> dict:
+    """A copy of the lowering table whose ``aten.maximum`` is ``fmax``: ``where(isnan(a), b,
+    where(isnan(b), a, maximum(a, b)))``, built from Inductor's own ``isnan``, ``where`` and
+    ``maximum`` lowerings (so broadcasting and type promotion stay Inductor's) -- what Triton's
+    ``tl.maximum`` (PTX ``max.f32``) and C's ``fmaxf`` compute: a NaN operand is dropped
+    whenever the other one is a number."""
+    import torch
+
+    aten = torch.ops.aten
+    isnan, where, maximum = table[aten.isnan.default], table[aten.where.self], table[
+        aten.maximum.default]
+
+    def fmax(a: Any, b: Any) -> Any:
+        return where(isnan(a), b, where(isnan(b), a, maximum(a, b)))
+
+    copy = dict(table)
+    copy[aten.maximum.default] = fmax
+    return copy
+
+
+def _clamp_min_as_gt_select(table: dict) -> dict:
+    """A copy of the lowering table whose ``aten.clamp_min(x, lo)`` (what Inductor's
+    decomposition makes of a clamp's lower bound) is ``where(x > lo, x, lo)``, from Inductor's
+    own ``gt`` and ``where`` lowerings: ``x > lo`` is false for NaN, so a NaN becomes ``lo``."""
+    import torch
+
+    aten = torch.ops.aten
+    gt_scalar, gt_tensor, where = table[aten.gt.Scalar], table[aten.gt.Tensor], table[
+        aten.where.self]
+
+    def clamp_min(x: Any, lo: Any) -> Any:
+        gt = gt_scalar if isinstance(lo, (int, float)) else gt_tensor
+        return where(gt(x, lo), x, lo)
+
+    copy = dict(table)
+    copy[aten.clamp_min.default] = clamp_min
+    return copy
+
+
+def _fresh_compiled(_original: Any) -> Any:
+    from fuzzkit.targets.compiler.inductor import CompiledGraphs
+
+    return CompiledGraphs()
+
+
+def _inductor_patch(lowerings: Callable[[dict], dict], doc: str) -> Patch:
+    """Inductor's lowering table rebuilt by ``lowerings`` at each application, with the caches
+    that would mix mutant and clean compiles switched off (see above)."""
+    edits = (
+        patch(_INDUCTOR_GRAPH, lowerings=derived(lowerings)).edits
+        + patch("torch._inductor.config", fx_graph_cache=False).edits
+        + patch("torch._functorch.config", enable_autograd_cache=False).edits
+        + patch("fuzzkit.targets.compiler.inductor", COMPILED=derived(_fresh_compiled)).edits
+    )
+    return Patch(edits, doc)
+
+
+INDUCTOR_SPEC: list[tuple[str, str, str, Callable[[dict], dict], str]] = [
+    # name, bug class, citation, lowering-table builder, docstring
+    ("inductor-gt-as-ge",
+     "comparison strictness: aten.gt lowered as aten.ge (wrong only on ties)",
+     "pytorch/pytorch#113014 (torch.gt differs under torch.compile on CPU, tied values); "
+     "pytorch/pytorch#95695 (torch.ge wrong under torch.compile)",
+     _lowerings_with(("gt", "ge")),
+     "Inductor lowers every ``aten.gt`` overload with ``aten.ge``'s lowering: ``where(a > b, c, "
+     "d)`` picks ``c`` where ``a == b``.  Caught only where the oracle decides a tie of exactly "
+     "known operands exactly (``where_gt`` of a value with itself, of two graph inputs that "
+     "share values)."),
+    ("inductor-maximum-drops-nan",
+     "NaN propagation: elementwise maximum lowered as fmax (a NaN operand dropped)",
+     "pytorch/torchdynamo#1572 ([inductor] maximum op does not respect nans: Triton's "
+     "tl.maximum); pytorch/pytorch#89612",
+     _maximum_ignoring_nan,
+     "Inductor lowers ``aten.maximum(a, b)`` as ``fmax``: ``maximum(x, NaN)`` and "
+     "``maximum(NaN, x)`` are ``x`` (torch: NaN).  Needs a NaN reaching exactly one operand of "
+     "a maximum, in a special-value case whose NaN pattern is still judged there."),
+    ("inductor-clamp-min-drops-nan",
+     "NaN propagation: clamp's lower bound lowered as a compare-and-select, a NaN becomes the "
+     "bound",
+     "pytorch/pytorch#93784 (clamp_min doesn't propagate nans under inductor); "
+     "tracel-ai/burn#5718",
+     _clamp_min_as_gt_select,
+     "Inductor lowers ``aten.clamp_min(x, lo)`` as ``where(x > lo, x, lo)``: ``clamp(NaN, lo, "
+     "hi)`` is ``lo`` (torch: NaN).  Needs a NaN reaching a clamp with a finite lower bound."),
+]
+
+INDUCTOR_MUTANTS: list[Mutant] = [
+    Mutant(name, "inductor", cls, cite, _inductor_patch(build, text))
+    for name, cls, cite, build, text in INDUCTOR_SPEC
+]
+MUTANTS += INDUCTOR_MUTANTS
+
+__all__ = ["FUSING_MUTANTS", "FUSION_ONLY", "INDUCTOR_MUTANTS", "INDUCTOR_SPEC", "MUTANTS",
+           "MUTANTS_SPEC", "REACH"]

@@ -2,12 +2,15 @@
 
 :func:`write_repro` writes ``repro_<case_id>.py`` next to a minimized case file.  The script
 loads the case (``fuzzkit.case.load``), checks it against the target's resource limits and
-``validate`` (exit 2 when refused), rebuilds the window graph as an fx GraphModule
-(``fuzzkit.targets.compiler.graphs.build.to_graph_module``), compiles it with the named built-in compiler
-(:data:`fuzzkit.targets.compiler.COMPILERS`), runs the float64 reference, prints the max error of each
-output against its bound and the verdict, and exits 1 when the bug reproduces (0 when it does
-not, 2 when it cannot run).  Mutants are in-process patches, so ``--mutant NAME`` applies one of
-the target's shipped mutants around the compile and run.
+``validate`` (exit 2 when refused), runs it through the named built-in compiler's driver
+(:func:`fuzzkit.targets.compiler.run_builtin`: the case's values and every variant through one
+compile, in the case's dynamic mode and input layouts -- what the campaign ran), runs the
+float64 reference, prints the max error of each output against its bound and the verdict of the
+target's oracle (error class, dtype and determinism included), and exits 1 when the bug
+reproduces (0 when it does not, 2 when it cannot run).  Mutants are in-process patches, so
+``--mutant NAME`` applies one of the target's shipped mutants around the compile and run.
+Scripts written before variants existed (``corpus/``) keep their own copy of the old driver and
+still run: the oracle judges outputs of that older shape by the float bound alone.
 
 For targets other than ``compiler`` (a plug-in graph target), and for a compiler implementation
 registered from outside, the script runs the target's own implementation and oracle through
@@ -129,42 +132,32 @@ def main() -> int:
 
 
 def run_compiler(compile_fx, impl, inputs):
-    import torch
-
-    from fuzzkit.targets.compiler.graphs import bound, build
+    """The case through the target's own driver (the run a campaign made: the case's values
+    and every variant through one compile, in the case's dynamic mode and input layouts), its
+    float64 reference, and the target's oracle."""
+    from fuzzkit.targets.compiler import checks, reference, run_builtin
+    from fuzzkit.targets.compiler.graphs import bound
 
     graph, dtype = inputs["graph"], inputs["dtype"]
-    tdtype = getattr(torch, dtype)
-    gm = build.to_graph_module(graph)
-    xs = [torch.from_numpy(np.asarray(v, dtype=np.float32)).to(tdtype) for v in inputs["values"]]
-    try:
-        if impl == "inductor":
-            compiled = compile_fx(gm, xs, dynamic=bool(inputs.get("dynamic", False)))
-        else:
-            compiled = compile_fx(gm, xs)
-        outs = compiled(*xs)
-    except Exception as exc:  # a compiler crash is what a crash case reproduces
-        errors = [line for line in str(exc).splitlines() if " error: " in line] or [
-            str(exc).splitlines()[0] if str(exc) else ""]
-        print(f"  the compiler raised {type(exc).__name__}: " + "; ".join(errors[:5]))
-        return True
-    if not isinstance(outs, (tuple, list)):
-        outs = (outs,)
-    from fuzzkit.targets.compiler import checks  # the target's own oracle decides
-
-    ref = build.run_reference(graph, inputs["values"])
-    bounds = bound.error_bounds(graph, ref, dtype)
-    actual = [o.detach().to(torch.float64).cpu().numpy() for o in outs]
-    for name, got in zip(graph["outputs"], actual):
-        verdict = checks.compare(name, ref[name], got, bounds.get(name, 0.0), dtype)
-        want = np.asarray(ref[name], dtype=np.float64)
+    actual = run_builtin(impl, inputs)
+    error = actual.get("error")
+    if error:
+        print(f"  run {error.get('run')}: the compiled graph raised "
+              f"{show(error.get('message'))} (eager: {show(error.get('eager'))})")
+    expected = reference(inputs)
+    bounds = bound.error_bounds(graph, expected["intermediates"], dtype)
+    for name, want, got in zip(graph["outputs"], expected["outputs"], actual["outputs"]):
+        verdict = checks.compare(name, want, got, bounds.get(name, 0.0), dtype)
+        want = np.asarray(want, dtype=np.float64)
         both = np.isfinite(want) & np.isfinite(got) if got.shape == want.shape else None
         error = float(np.abs(got - want)[both].max(initial=0.0)) if both is not None else np.nan
         print(f"  {name}: max error {error:.6g}, " + ("within the bound" if verdict is None else
               f"{verdict['error_class']} error, worst {verdict.get('worst')}"))
-    expected = {"outputs": [np.asarray(ref[o], dtype=np.float64) for o in graph["outputs"]],
-                "intermediates": ref}
-    failure = checks.oracle(inputs, expected, {"outputs": actual})
+    if inputs.get("variants") or inputs.get("layouts") or inputs.get("dynamic"):
+        print(f"  dynamic {show(inputs.get('dynamic', False))}, "
+              f"{len(inputs.get('variants') or [])} variant(s), layouts "
+              f"{show(inputs.get('layouts'))}, compiles {show(actual.get('compiles'))}")
+    failure = checks.oracle(inputs, expected, actual)
     print(f"oracle: {failure.signature + ': ' + failure.message if failure else 'pass'}")
     return failure is not None
 

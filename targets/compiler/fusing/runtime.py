@@ -20,7 +20,9 @@ class FusedProgram:
     def __init__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[torch.Tensor]):
         self.gm = gm
         ShapeProp(gm).propagate(*example_inputs)
-        self.groups = partition.partition(gm)
+        # a kernel computes in float32: a group touching an int or bool value (a typed op's
+        # operand or result) runs eagerly instead
+        self.groups = [g for g in partition.partition(gm) if _all_float(g)]
         self.launchers: dict[torch.fx.Node, tuple[Callable[..., Any], list[torch.fx.Node],
                                                   partition.Group]] = {}
         self.internal: set[torch.fx.Node] = set()
@@ -37,7 +39,6 @@ class FusedProgram:
     def __call__(self, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
         env: dict[torch.fx.Node, Any] = {}
         placeholders = iter(tensors)
-        dtype = tensors[0].dtype if tensors else torch.float32
         for node in self.gm.graph.nodes:  # pragma: no branch - an fx graph always ends with its output node
             if node.op == "placeholder":
                 env[node] = next(placeholders)
@@ -53,7 +54,8 @@ class FusedProgram:
                     # rows; NaN rows are handled in the generated code (special-value cases)
                     warnings.filterwarnings("ignore", "All-NaN slice", RuntimeWarning)
                     out = launcher(*[env[leaf] for leaf in leaves])
-                env[node] = out.to(dtype).reshape(partition.shape_of(node))
+                # the result's own dtype (a float32 value of a float16 graph stays float32)
+                env[node] = out.to(_dtype_of(node)).reshape(partition.shape_of(node))
             elif node.op == "call_function":
                 args = torch.fx.node.map_arg(node.args, env.__getitem__)
                 kwargs = torch.fx.node.map_arg(node.kwargs, env.__getitem__)
@@ -63,6 +65,15 @@ class FusedProgram:
             else:  # pragma: no cover - graph JSON has placeholder, call_function and output nodes only
                 raise NotImplementedError(f"fusing compiler: unsupported node {node.format_node()}")
         raise RuntimeError("graph without an output node")  # pragma: no cover - an fx graph always ends with its output node
+
+
+def _dtype_of(node: torch.fx.Node) -> torch.dtype:
+    return node.meta["tensor_meta"].dtype
+
+
+def _all_float(group: partition.Group) -> bool:
+    """Whether every value a group reads or makes is floating (ShapeProp's dtypes)."""
+    return all(_dtype_of(n).is_floating_point for n in list(group.nodes) + group.leaves())
 
 
 def compile_fx(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.Tensor]

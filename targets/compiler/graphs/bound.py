@@ -40,6 +40,17 @@ unit roundoff of the graph dtype (float32 ``2^-24``, float16 ``2^-11``, bfloat16
   whose operands are exact: their result is one of the operands (or a clamp bound) and, where it
   is a value of the dtype, needs no rounding -- so exact stays exact through them.
 
+Dtypes.  ``u`` (and ``eta``, the overflow threshold) is that of the node's *output* dtype
+(:func:`.build.value_dtypes`): a float32 value inside a float16 graph rounds with ``2^-24``.
+Int and bool values round nothing; their bound is an uncertainty in their own units
+(:mod:`.error_rules`' typed rules): 0 where the result is *certain* -- a comparison of exact
+operands (a tie is a tie) or of operands whose error intervals are separated, a cast far from
+an integer boundary, argmax of an exact row (its first index) -- and elsewhere how far it may be
+off (1 for a bool that may flip, the width of ``trunc`` over ``[x - e, x + e]``, the spread of
+the candidate indices).  Ops that consume an uncertain bool cover either outcome (``where``:
+``|a - b| + max(e_a, e_b)``).  A NaN, Inf or out-of-range float cast to an integer is
+implementation-defined: unjudged, like an overflow (the record's ``undefined``).
+
 Overflow.  Where a finite ``|y| + e_y`` -- or a partial result on the way, such as the running
 sum of a mean -- exceeds half the dtype's largest value, an evaluation may overflow to inf (and
 to NaN after it, e.g. ``inf - inf``, even where the reference is a clean ``-inf``).  Such an
@@ -126,22 +137,29 @@ def node_bound(
     y: np.ndarray,
     dtype: str,
     same_operands: bool = False,
+    in_dtypes: list[str] | None = None,
 ) -> np.ndarray:
     """Error bound of one node's output (see the module docstring), from its op's error rule.
+    ``dtype`` is the node's *output* dtype (its rounding unit; an int or bool output rounds
+    nothing), ``in_dtypes`` its operands' (default: ``dtype`` each).
     ``same_operands``: the node compares one value with itself (``where_gt(a, a, c, d)``), which
     every evaluation decides the same way (``a > a`` is false, NaN included)."""
     spec = OPS[op]
-    u = UNIT_ROUNDOFF[dtype]
-    eta = _ETA[dtype]
+    rounds = dtype in UNIT_ROUNDOFF
+    u = UNIT_ROUNDOFF.get(dtype, 0.0)
+    eta = _ETA.get(dtype, 0.0)
     ay = np.abs(y)
+    ins = tuple(in_dtypes) if in_dtypes is not None else (dtype,) * len(xs)
     with np.errstate(all="ignore"):
-        operands = Operands(xs, es, y, ay, u, attrs, same_operands, spec.torch_fn)
+        operands = Operands(xs, es, y, ay, u, attrs, same_operands, spec.torch_fn, ins, dtype)
         prop, comp = spec.error(operands)
         if spec.copies:  # bit copies: the moved input errors, nothing computed or rounded
             return prop
         prop = np.where(np.isnan(prop), _INF, prop)
         comp = np.where(np.isnan(comp), _INF, comp)
         tot = prop + comp
+        if not rounds:  # an int or bool result: its uncertainty, no rounding
+            return np.broadcast_to(tot, y.shape)
         rounding = u * (ay + tot) + eta
         if spec.selects:
             # the result is one of the operands (or a clamp bound): exact operands give an
@@ -190,9 +208,14 @@ def error_bounds(
     NaN marks an element that is not judged at all: it may overflow (see the module docstring),
     or it reads (through :func:`dependents`) an element that may; every other element of the
     same node keeps its bound."""
+    from .build import infer_dtypes
+
     dt = _dtype_name(dtype)
     if dt not in UNIT_ROUNDOFF:
         raise ValueError(f"unknown dtype {dtype!r}")
+    # each value's own dtype (a float32 value of a float16 graph rounds with 2^-24; ints and
+    # bools round nothing), from the ops' dtype rules with the inputs in ``dtype``
+    dtypes = infer_dtypes(graph, dt)
     out: dict[str, np.ndarray] = {}
     unjudged: dict[str, np.ndarray] = {}
     for inp in graph["inputs"]:
@@ -205,18 +228,29 @@ def error_bounds(
         # unjudged input elements only feed unjudged output elements: bound the rest as usual
         es = [np.where(m, 0.0, out[a]) for a, m in zip(n["args"], masks)]
         # a comparison of one value with itself: every evaluation decides it the same way
-        same = OPS[n["op"]].compares and n["args"][0] == n["args"][1]
-        b = np.broadcast_to(node_bound(n["op"], n["attrs"], xs, es, y, dt, same), y.shape)
+        spec = OPS[n["op"]]
+        same = spec.compares and n["args"][0] == n["args"][1]
+        out_dt = dtypes[n["name"]]
+        in_dts = [dtypes[a] for a in n["args"]]
+        b = np.broadcast_to(
+            node_bound(n["op"], n["attrs"], xs, es, y, out_dt, same, in_dts), y.shape
+        )
         with np.errstate(invalid="ignore", over="ignore"):
             # a finite value that (with its error, or a partial result on the way) may leave
             # the dtype's or float32's range: an overflow to inf, and NaN after it, is legitimate
             partial = _partial_magnitude(n["op"], n["attrs"], xs, y)
             reach = np.abs(y) + b
-            # partial results live in float32 (the compute type); the result in the dtype
-            # (an infinite bound is "no guarantee" already: not an overflow)
-            may_overflow = (np.isfinite(y) & np.isfinite(reach) & (reach > _OVERFLOW[dt])) | (
+            # partial results live in float32 (the compute type); the result in its dtype
+            # (an infinite bound is "no guarantee" already: not an overflow; ints and bools
+            # stay far inside their range: the generator's guards)
+            limit = _OVERFLOW.get(out_dt, np.inf)
+            may_overflow = (np.isfinite(y) & np.isfinite(reach) & (reach > limit)) | (
                 partial > _OVERFLOW["float32"]
             )
+            if spec.undefined is not None:  # e.g. NaN cast to int: implementation-defined
+                may_overflow = may_overflow | np.broadcast_to(
+                    spec.undefined(xs, n["attrs"], in_dts), y.shape
+                )
         mask = np.asarray(dependents(n["op"], n["attrs"], masks, xs, y) | may_overflow)
         unjudged[n["name"]] = mask
         # a NaN from the formulas (a NaN or infinite reference) means "unbounded", not "unjudged"

@@ -2,10 +2,15 @@
 
 Graph data model (see the issue-10 spec)::
 
-    {"inputs":  [{"name": "x0", "shape": [4, 7]}, ...],
+    {"inputs":  [{"name": "x0", "shape": [4, 7], "dtype": "float32"}, ...],
      "nodes":   [{"name": "n0", "op": "add", "args": ["x0", "x1"], "attrs": {},
-                  "shape": [4, 7]}, ...],
+                  "shape": [4, 7], "dtype": "float32"}, ...],
      "outputs": ["n3", "n5"]}
+
+Dtypes: every value has one of :data:`.ops.VALUE_DTYPES`.  Graph inputs are the case's float
+dtype; a node's is its op's ``dtype_rule`` of its operands' (:func:`value_dtypes`).  The
+``"dtype"`` keys are optional (graphs written before they existed have none): where present
+they must equal what the rules infer, so they document a graph and never change its meaning.
 
 A graph may come from a file written by someone else, and its names and attributes end up in
 the Python source torch.fx generates: :func:`validate_graph` (which :func:`to_graph_module` runs
@@ -32,7 +37,7 @@ import torch.fx
 
 from fuzzkit.limits import MALFORMED
 
-from .ops import MAX_RANK, OPS, SpecError, is_int, shown
+from .ops import FLOAT_DTYPES, INT_DTYPES, MAX_RANK, OPS, SpecError, is_int, shown
 
 __all__ = [
     "to_graph_module",
@@ -49,6 +54,8 @@ __all__ = [
     "consumers",
     "eager_module",
     "frozen",
+    "value_dtypes",
+    "infer_dtypes",
 ]
 
 NAME_KEY = "fuzzkit_name"
@@ -82,12 +89,32 @@ def to_graph_module(graph: dict) -> torch.fx.GraphModule:
     return torch.fx.GraphModule(torch.nn.Module(), g)
 
 
-class _Recorder(torch.fx.Interpreter):
-    """Interpreter that records the value of every placeholder and call_function node."""
+#: What a cast's ``dtype`` attr means in the float64 reference: float targets stay float64 (the
+#: exact math; the rounding to the target is in the bound), ints are int64, bools bool.
+REFERENCE_DTYPES = {**{d: "float64" for d in FLOAT_DTYPES}, **{d: "int64" for d in INT_DTYPES},
+                    "bool": "bool"}
 
-    def __init__(self, gm: torch.fx.GraphModule):
+
+def _reference_cast(a: torch.Tensor, dtype: str) -> torch.Tensor:
+    """to_dtype in the reference (:data:`REFERENCE_DTYPES`)."""
+    return a.to({"float64": torch.float64, "int64": torch.int64, "bool": torch.bool}[dtype])
+
+
+class _Recorder(torch.fx.Interpreter):
+    """Interpreter that records the value of every placeholder and call_function node; in the
+    ``reference`` run a node's ``dtype`` attr (a cast) is read as :data:`REFERENCE_DTYPES`."""
+
+    def __init__(self, gm: torch.fx.GraphModule, reference: bool = False):
         super().__init__(gm)
         self.values: dict[str, torch.Tensor] = {}
+        self.reference = reference
+
+    def call_function(self, target: Any, args: Any, kwargs: Any) -> Any:
+        if self.reference and target is OPS["to_dtype"].torch_fn:
+            kwargs = dict(kwargs)
+            wanted = REFERENCE_DTYPES[kwargs.pop("dtype")]
+            return _reference_cast(args[0], wanted)
+        return super().call_function(target, args, kwargs)
 
     def run_node(self, n: torch.fx.Node) -> Any:
         out = super().run_node(n)
@@ -161,7 +188,7 @@ def run_graph(
     """Run eagerly in ``dtype`` on CPU (rounding after every op); every input and node as
     float64."""
     gm = eager_module(graph)
-    rec = _Recorder(gm)
+    rec = _Recorder(gm, reference=dtype == torch.float64)
     with torch.no_grad():
         rec.run(*_as_tensors(values, dtype))
     return {
@@ -205,10 +232,30 @@ def consumers(graph: dict) -> dict[str, list[str]]:
 def subgraph(graph: dict, keep: Sequence[str], outputs: Sequence[str]) -> dict:
     """Keep the nodes named in ``keep`` (original order); every arg not produced by a kept node
     becomes a graph input with the same name and shape (original inputs first keep their original
-    relative order of first use).  ``outputs`` must be kept nodes or the (new) inputs."""
+    relative order of first use).  ``outputs`` must be kept nodes or the (new) inputs.
+
+    Graph inputs are floating (the case dtype): a cut through an int or bool value keeps the
+    nodes that make it (and theirs, back to float values), so the subgraph stays valid -- a
+    bool mask cut loose from its comparison would be a float input no typed op takes.  Node
+    ``dtype`` keys are dropped (a float32 value cut into a float16 input changes what follows:
+    the rules infer it again)."""
     keep_set = set(keep)
+    try:
+        dtypes = value_dtypes(graph, keys=False)
+    except GraphError:  # a graph the rules refuse: cut as asked, validation will say why
+        dtypes = {}
+    made = {n["name"]: n for n in graph["nodes"]}
+    todo = [a for n in graph["nodes"] if n["name"] in keep_set for a in n["args"]]
+    todo += list(outputs)
+    while todo:
+        a = todo.pop()
+        if a in made and a not in keep_set and dtypes.get(a, "float32") not in FLOAT_DTYPES:
+            keep_set.add(a)
+            todo.extend(made[a]["args"])
     shapes = shapes_of(graph)
     nodes = [copy.deepcopy(n) for n in graph["nodes"] if n["name"] in keep_set]
+    for n in nodes:  # the new inputs are the case dtype: node dtypes are inferred again
+        n.pop("dtype", None)
     produced = {n["name"] for n in nodes}
     inputs: list[dict] = []
     seen: set[str] = set()
@@ -259,6 +306,8 @@ NAME_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 GRAPH_KEYS = ("inputs", "nodes", "outputs")
 INPUT_KEYS = ("name", "shape")
 NODE_KEYS = ("name", "op", "args", "attrs", "shape")
+#: keys an input or node record may carry besides the required ones
+OPTIONAL_KEYS = ("dtype",)
 
 
 class GraphError(ValueError):
@@ -277,12 +326,13 @@ def name_problem(name: Any) -> str | None:
     return None
 
 
-def _keys(record: Any, keys: Sequence[str], what: str) -> None:
+def _keys(record: Any, keys: Sequence[str], what: str, optional: Sequence[str] = ()) -> None:
     if not isinstance(record, Mapping):
         raise GraphError(f"{what} must be an object with keys {', '.join(keys)}")
-    unknown = [k for k in record if k not in keys]
+    unknown = [k for k in record if k not in keys and k not in optional]
     if unknown:
-        raise GraphError(f"{what} has unknown key {shown(unknown[0])} (allowed: {', '.join(keys)})")
+        allowed = ", ".join(tuple(keys) + tuple(optional))
+        raise GraphError(f"{what} has unknown key {shown(unknown[0])} (allowed: {allowed})")
     missing = [k for k in keys if k not in record]
     if missing:
         raise GraphError(f"{what} needs key {missing[0]!r}")
@@ -301,17 +351,61 @@ def _shape(value: Any, what: str) -> list[int]:
     return [int(d) for d in value]
 
 
-def graph_shapes(graph: Any) -> dict[str, list[int]]:
+def graph_shapes(graph: Any, dtype: str | None = None) -> dict[str, list[int]]:
     """The shape of every input and node of ``graph``, from the inputs' shapes and the ops'
     concrete shape rules (Python ints: nothing is allocated, a dim may be huge), after checking
     everything :func:`validate_graph` checks; raises :class:`GraphError` (one line) otherwise.
     Safe on any JSON value."""
+    return _graph_types(graph, dtype)[0]
+
+
+def value_dtypes(graph: Any, dtype: str | None = None, keys: bool = True) -> dict[str, str]:
+    """The dtype of every input and node of ``graph`` run in the case dtype ``dtype`` (inputs:
+    ``dtype``, else their declared one, else float32; nodes: their ops' dtype rules), after the
+    checks of :func:`graph_shapes` (:class:`GraphError`).  ``keys=False`` ignores the
+    graph's ``dtype`` keys (the oracle's view: what a run in ``dtype`` makes, whatever dtype the
+    graph was written for)."""
+    return _graph_types(graph, dtype, keys)[1]
+
+
+def infer_dtypes(graph: Mapping[str, Any], dtype: str) -> dict[str, str]:
+    """The dtype of every value of an already validated ``graph`` run in case dtype ``dtype``:
+    the ops' dtype rules only, no shape checks -- the oracle's view, which must also hold for a
+    dynamic-shape variant of the graph (0-sized dims a file's node could not declare).  Raises
+    :class:`GraphError` where a rule refuses its operands."""
+    dtypes = {i["name"]: dtype for i in graph["inputs"]}
+    for n in graph["nodes"]:
+        in_dtypes = [dtypes[a] for a in n["args"]]
+        made = OPS[n["op"]].dtype_rule(in_dtypes, n["attrs"])
+        if made is None:
+            raise GraphError(f"node {n['name']!r}: {n['op']} does not take operands of dtype "
+                             f"{', '.join(in_dtypes)}")
+        dtypes[n["name"]] = made
+    return dtypes
+
+
+def _input_dtype(inp: Mapping[str, Any], name: str, case: str | None, given: bool) -> str:
+    declared = inp.get("dtype")
+    if "dtype" in inp and (not isinstance(declared, str) or declared not in FLOAT_DTYPES):
+        raise GraphError(
+            f"input {name!r}: dtype must be one of {', '.join(FLOAT_DTYPES)}, got {shown(declared)}"
+        )
+    if case is not None and declared is not None and declared != case:
+        where = "the case runs in" if given else "the graph's first input is"
+        raise GraphError(f"input {name!r}: dtype {declared}, but {where} {case}")
+    return case or declared or "float32"
+
+
+def _graph_types(graph: Any, case: str | None, keys: bool = True
+                 ) -> tuple[dict[str, list[int]], dict[str, str]]:
     _keys(graph, GRAPH_KEYS, "the graph")
     inputs, nodes, outputs = graph["inputs"], graph["nodes"], graph["outputs"]
     for key, value in (("inputs", inputs), ("nodes", nodes), ("outputs", outputs)):
         if not isinstance(value, (list, tuple)):
             raise GraphError(f"graph {key} must be a list")
     shapes: dict[str, list[int]] = {}
+    dtypes: dict[str, str] = {}
+    given = case is not None
 
     def define(name: Any, what: str) -> str:
         bad = name_problem(name)
@@ -322,11 +416,13 @@ def graph_shapes(graph: Any) -> dict[str, list[int]]:
         return name
 
     for k, inp in enumerate(inputs):
-        _keys(inp, INPUT_KEYS, f"graph input {k}")
+        _keys(inp, INPUT_KEYS, f"graph input {k}", OPTIONAL_KEYS)
         name = define(inp["name"], f"graph input {k}")
         shapes[name] = _shape(inp["shape"], f"input {name!r}")
+        dtypes[name] = _input_dtype(inp, name, case, given) if keys else (case or "float32")
+        case = dtypes[name]  # every input is the case dtype (the first one's, if none given)
     for k, node in enumerate(nodes):
-        _keys(node, NODE_KEYS, f"node {k}")
+        _keys(node, NODE_KEYS, f"node {k}", OPTIONAL_KEYS)
         name = define(node["name"], f"node {k}")
         op = node["op"]
         if not isinstance(op, str) or op not in OPS:
@@ -349,6 +445,14 @@ def graph_shapes(graph: Any) -> dict[str, list[int]]:
         if declared != out:
             raise GraphError(f"node {name!r}: shape {declared} but {op} makes {out}")
         shapes[name] = out
+        in_dtypes = [dtypes[a] for a in args]
+        made = OPS[op].dtype_rule(in_dtypes, node["attrs"])
+        if made is None:
+            raise GraphError(f"node {name!r}: {op} does not take operands of dtype "
+                             f"{', '.join(in_dtypes)}")
+        if keys and "dtype" in node and node["dtype"] != made:
+            raise GraphError(f"node {name!r}: dtype {shown(node['dtype'])} but {op} makes {made}")
+        dtypes[name] = made
     if not outputs:
         raise GraphError("graph has no outputs")
     seen: set[str] = set()
@@ -358,14 +462,14 @@ def graph_shapes(graph: Any) -> dict[str, list[int]]:
         if o in seen:
             raise GraphError(f"output {o!r} is listed twice")
         seen.add(o)
-    return shapes
+    return shapes, dtypes
 
 
-def validate_graph(graph: Any) -> str | None:
-    """One-line error for a malformed graph (anything :func:`graph_shapes` refuses), or None;
-    never raises."""
+def validate_graph(graph: Any, dtype: str | None = None) -> str | None:
+    """One-line error for a malformed graph (anything :func:`graph_shapes` refuses, with the
+    inputs in the case dtype ``dtype`` when given), or None; never raises."""
     try:
-        graph_shapes(graph)
+        _graph_types(graph, dtype)
     except GraphError as exc:
         return str(exc)
     except MALFORMED as exc:  # defensive: graph_shapes checks types before using them

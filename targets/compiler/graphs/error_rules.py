@@ -38,7 +38,11 @@ class Operands:
     """One node as an error rule sees it: its inputs' float64 reference values ``xs`` and error
     bounds ``es``, its own reference value ``y`` (and ``|y|``), the unit roundoff ``u`` of the
     graph dtype, its attrs, whether it compares one value with itself (``same_operands``) and its
-    torch function ``fn`` (layout ops move their inputs' errors with it)."""
+    torch function ``fn`` (layout ops move their inputs' errors with it).
+
+    Integer and bool values have error bounds too, in their own units: 0 where the value is
+    certainly the reference's (an exact tie decided exactly, a cast of a value far from an
+    integer boundary), else how far it may be off (1 for a bool that may flip)."""
 
     xs: list[np.ndarray]
     es: list[np.ndarray]
@@ -48,6 +52,10 @@ class Operands:
     attrs: dict[str, Any]
     same_operands: bool
     fn: Callable[..., Any]
+    #: the operands' and the output's value dtypes (:data:`.ops.VALUE_DTYPES`): a cast's rule
+    #: depends on them
+    in_dtypes: tuple[str, ...] = ()
+    out_dtype: str = "float32"
 
 
 ErrorRule = Callable[[Operands], tuple[Any, Any]]
@@ -62,6 +70,10 @@ def gamma(n: float) -> float:
 
 
 def _red(fn: Any, a: np.ndarray, dim: int | tuple[int, ...]) -> np.ndarray:
+    """``fn`` along ``dim``, kept; a max / min over a zero-size dim (a dynamic-shape variant's
+    empty row) is 0 -- no element, no error -- where NumPy would raise."""
+    if a.size == 0 and fn in (np.max, np.min):
+        return np.zeros(np.sum(a, axis=dim, keepdims=True).shape)
     return fn(a, axis=dim, keepdims=True)
 
 
@@ -358,3 +370,196 @@ def partial_sum(t: list[torch.Tensor], attrs: dict[str, Any], fn: Any) -> Any:
 def partial_squares(t: list[torch.Tensor], attrs: dict[str, Any], fn: Any) -> Any:
     """layer_norm: ``sum x^2`` of its variance."""
     return (t[0] * t[0]).sum(dim=attrs["dim"], keepdim=True).numpy()
+
+
+# ---------------------------------------------------------------------------------------------
+# typed ops (:mod:`.ops_typed`): comparisons, logical ops, casts, integer results.  A bool or int
+# result is either certain (bound 0: compared exactly) or uncertain (bound = how far it may be
+# off); no rounding is added for them (:mod:`.bound`).
+
+_INTEGRAL = ("int32", "int64", "bool")
+
+
+def _zeros(o: Operands) -> np.ndarray:
+    return np.zeros(o.y.shape)
+
+
+def _flag(uncertain: Any, o: Operands) -> tuple[Any, Any]:
+    """A bool result: 1 (it may flip) where ``uncertain``, else 0."""
+    return np.where(np.broadcast_to(uncertain, o.y.shape), 1.0, 0.0), _zeros(o)
+
+
+def decided(o: Operands) -> np.ndarray:
+    """Where a comparison of the first two operands comes out as in the reference: both
+    operands exact (a tie is a tie: ``>`` evaluated as ``>=`` is caught there), their error
+    intervals separated, or one value compared with itself."""
+    (a, b), (ea, eb) = o.xs[:2], o.es[:2]
+    if o.same_operands:
+        return np.ones(o.y.shape, dtype=bool)
+    with np.errstate(invalid="ignore"):
+        separated = np.abs(a - b) > ea + eb  # NaN (inf - inf, NaN operands): not separated
+    return np.broadcast_to(((ea == 0) & (eb == 0)) | separated, o.y.shape)
+
+
+def compared(o: Operands) -> tuple[Any, Any]:
+    """gt, ge, lt, le, eq, ne: certain where :func:`decided`, else a flipped bool (1)."""
+    return _flag(~decided(o), o)
+
+
+def _truth(x: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(certainly nonzero, certainly zero) of an int / bool / float value with error ``e``."""
+    with np.errstate(invalid="ignore"):
+        unsure = (e > 0) & ~(np.abs(x) > e)
+    nonzero = (x != 0) & ~unsure
+    return nonzero, (x == 0) & ~unsure
+
+
+def logical(o: Operands) -> tuple[Any, Any]:
+    """logical_and / or / xor / not: certain where the operands' truths are, or where one
+    certain operand decides (``and`` with a certain False, ``or`` with a certain True)."""
+    truths = [_truth(x, e) for x, e in zip(o.xs, o.es)]
+    certain = [t | f for t, f in truths]
+    known = np.ones(o.y.shape, dtype=bool)
+    for c in certain:
+        known = known & np.broadcast_to(c, o.y.shape)
+    name = getattr(o.fn, "__name__", "")
+    if name == "logical_and" and len(truths) == 2:
+        known = known | np.broadcast_to(truths[0][1] | truths[1][1], o.y.shape)
+    elif name == "logical_or" and len(truths) == 2:
+        known = known | np.broadcast_to(truths[0][0] | truths[1][0], o.y.shape)
+    return _flag(~known, o)
+
+
+def cast(o: Operands) -> tuple[Any, Any]:
+    """to_dtype.  To a float: the value's error moves (the rounding to the target is the
+    bound's, :mod:`.bound`, as for a selection).  Float to int truncates: the result may be any
+    ``trunc`` over ``[x - e, x + e]`` (0 where that interval stays inside one integer cell).
+    To bool: 1 where the value may be zero or not.  Int to int: the value's error."""
+    x, e = o.xs[0], o.es[0]
+    src = o.in_dtypes[0] if o.in_dtypes else "float32"
+    out = o.out_dtype
+    if out == "bool":
+        nonzero, zero = _truth(x, e)
+        return _flag(~(nonzero | zero), o)
+    if out in _INTEGRAL and src not in _INTEGRAL:
+        with np.errstate(invalid="ignore"):
+            width = np.trunc(x + e) - np.trunc(x - e)
+        return np.where(e == 0, 0.0, width), _zeros(o)
+    return np.broadcast_to(e, o.y.shape), _zeros(o)
+
+
+#: Magnitudes from which a float cast to an integer may leave its range (half of it: the
+#: value's error comes on top): the conversion is undefined behaviour in C++ there.
+_INT_RANGE = {"int32": 2.0**30, "int64": 2.0**62}
+
+
+def cast_undefined(xs: list[np.ndarray], attrs: dict, in_dtypes: Any) -> np.ndarray:
+    """A NaN, an Inf or a value beyond the integer's range cast to an integer is
+    implementation-defined (special-value cases reach it past the generator's clamp):
+    unjudged, never a finding."""
+    target = attrs.get("dtype")
+    if target in _INT_RANGE and in_dtypes and in_dtypes[0] not in _INTEGRAL:
+        with np.errstate(invalid="ignore"):
+            return ~(np.abs(xs[0]) < _INT_RANGE[target])
+    return np.zeros(np.shape(xs[0]), dtype=bool)
+
+
+def where_cond(o: Operands) -> tuple[Any, Any]:
+    """where(cond, a, b): the selected branch's error where ``cond`` is certain, else either
+    branch: ``|a - b| + max(e_a, e_b)``."""
+    (c, a, b), (ec, ea, eb) = o.xs, o.es
+    with np.errstate(invalid="ignore"):
+        prop = np.where(ec > 0, np.abs(a - b) + np.maximum(ea, eb), np.where(c != 0, ea, eb))
+    return np.broadcast_to(prop, o.y.shape), _zeros(o)
+
+
+def masked_fill(o: Operands) -> tuple[Any, Any]:
+    """masked_fill(a, mask, value): ``value`` (exact up to its rounding to the dtype, which the
+    bound adds) where the mask is certainly set, ``a``'s error where certainly not, else either:
+    ``|a - value| + e_a``."""
+    (a, m), (ea, em) = o.xs, o.es
+    v = float(o.attrs["value"])
+    with np.errstate(invalid="ignore"):
+        prop = np.where(em > 0, np.abs(a - v) + ea, np.where(m != 0, 0.0, ea))
+    return np.broadcast_to(prop, o.y.shape), _zeros(o)
+
+
+def arg_extreme(o: Operands) -> tuple[Any, Any]:
+    """argmax / argmin along ``dim``: exact rows (every error 0) are decided exactly -- the
+    first index of a tie, as torch documents; elsewhere the index may be that of any element
+    that may be the extreme (``x_i + e_i >= max_j (x_j - e_j)`` for argmax), so the bound is
+    the distance from the reference's index to the farthest of those indices (a row with a NaN
+    or an infinite error: the whole row)."""
+    x, e = o.xs[0], o.es[0]
+    dim = int(o.attrs["dim"]) % max(x.ndim, 1)
+    if x.size == 0:  # nothing to pick (torch refuses an empty dim; a variant may have one)
+        return np.zeros(o.y.shape), _zeros(o)
+    sign = 1.0 if getattr(o.fn, "__name__", "") == "argmax" else -1.0
+    with np.errstate(invalid="ignore"):
+        v = sign * x
+        best_low = np.max(v - e, axis=dim, keepdims=True)
+        may = v + e >= best_low
+    idx = np.arange(x.shape[dim]).reshape([-1 if k == dim else 1 for k in range(x.ndim)])
+    hi = np.max(np.where(may, idx, -1), axis=dim, keepdims=True)
+    lo = np.min(np.where(may, idx, x.shape[dim]), axis=dim, keepdims=True)
+    # the reference's index is a candidate: the result is off by at most the farther end
+    ref = o.y if o.attrs["keepdim"] else np.expand_dims(o.y, dim)
+    spread = np.maximum(np.maximum(hi - ref, ref - lo), 0).astype(np.float64)
+    exact = np.all(e == 0, axis=dim, keepdims=True)
+    wild = np.any(np.isnan(x) | ~np.isfinite(e), axis=dim, keepdims=True)
+    out = np.where(exact, 0.0, np.where(wild, float(x.shape[dim] - 1), spread))
+    return _unkeep(out, dim, bool(o.attrs["keepdim"])), _zeros(o)
+
+
+def any_all(o: Operands) -> tuple[Any, Any]:
+    """any / all along ``dim``: certain where every element's truth is, or where one certain
+    element decides (a certain True for any, a certain False for all)."""
+    x, e = o.xs[0], o.es[0]
+    dim = int(o.attrs["dim"]) % max(x.ndim, 1)
+    nonzero, zero = _truth(x, e)
+    known = np.all(nonzero | zero, axis=dim, keepdims=True)
+    decider = nonzero if getattr(o.fn, "__name__", "") == "any" else zero
+    known = known | np.any(decider, axis=dim, keepdims=True)
+    return _unkeep(np.where(known, 0.0, 1.0), dim, bool(o.attrs["keepdim"])), _zeros(o)
+
+
+def bitwise(o: Operands) -> tuple[Any, Any]:
+    """bitwise_and / or / xor: exact operands give an exact result; otherwise a bool may flip
+    (1) and an integer may be anything (no guarantee)."""
+    exact = np.ones(o.y.shape, dtype=bool)
+    for e in o.es:
+        exact = exact & np.broadcast_to(e == 0, o.y.shape)
+    worst = 1.0 if o.out_dtype == "bool" else _INF
+    return np.where(exact, 0.0, worst), _zeros(o)
+
+
+def floor_divide(o: Operands) -> tuple[Any, Any]:
+    """``floor(x / d)`` of an integer ``x`` off by at most ``e``: off by at most
+    ``e / |d| + 1``."""
+    e = o.es[0]
+    d = abs(float(o.attrs["divisor"]))
+    return np.where(e == 0, 0.0, e / d + 1.0), _zeros(o)
+
+
+def remainder(o: Operands) -> tuple[Any, Any]:
+    """``x mod d`` (the sign of ``d``): any two results differ by less than ``|d|``."""
+    e = o.es[0]
+    return np.where(e == 0, 0.0, abs(float(o.attrs["divisor"])) - 1.0), _zeros(o)
+
+
+def int_total(o: Operands) -> tuple[Any, Any]:
+    """sum of bools / ints (int64): errors add up, nothing rounds."""
+    dim, keep, _ = _reduction(o)
+    return _unkeep(_red(np.sum, o.es[0], dim), dim, keep), _zeros(o)
+
+
+def int_cumsum(o: Operands) -> tuple[Any, Any]:
+    return np.cumsum(o.es[0], axis=int(o.attrs["dim"])), _zeros(o)
+
+
+def reads_arg(masks: list[np.ndarray], xs: Any, y: np.ndarray, attrs: Any, fn: Any) -> Any:
+    """argmax / argmin / any / all along their one ``dim``."""
+    m = masks[0]
+    dim = int(attrs["dim"]) % max(m.ndim, 1)
+    return np.broadcast_to(_unkeep(np.any(m, axis=dim, keepdims=True), dim, attrs["keepdim"]),
+                           y.shape)

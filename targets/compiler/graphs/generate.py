@@ -27,6 +27,14 @@ Operands are offset from the newest value (chains, which compilers fuse); compar
 Reductions may take one dim, a list of dims or all of them; a full reduction without keepdim
 makes a 0-d value, which elementwise ops, broadcasting and reshapes accept.
 
+Dtypes (NNSmith style, each op's ``dtype_rule``): every value carries a dtype next to its
+symbolic shape (inputs: the case dtype); an op is drawn only with operands its rule takes -- the
+drawn operands, else others of fitting dtypes, else a bool / int value made first (a comparison,
+or a cast of a float value: :data:`ADAPTERS`).  Emitted inputs and nodes carry ``"dtype"``.
+Guards are only placed on float values; a float cast to an integer is clamped by the magnitude
+guard like any op whose result could grow too large (its interval is the truncated input's), so
+it stays far inside int32.
+
 Everything is a function of the chooser's draws (Hypothesis ``data.draw`` or a NumPy Generator),
 and each run uses its own z3 context, so the same seed gives the same graph.
 """
@@ -34,6 +42,7 @@ and each run uses its own z3 context, so the same seed gives the same graph.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from typing import Any, Callable, Sequence
 
@@ -41,7 +50,7 @@ import numpy as np
 import z3
 
 from . import ops as _ops
-from .ops import OPS, Chooser, DrawChooser, RngChooser, as_chooser
+from .ops import OPS, VALUE_DTYPES, Chooser, DrawChooser, RngChooser, as_chooser, is_float_dtype
 
 __all__ = [
     "Sizing",
@@ -119,16 +128,32 @@ def value_intervals(
 #: one in four compares graph inputs directly (exactly known operands: the oracle judges those
 #: comparisons exactly, and value recipes with small integers make ties there).
 COMPARE_OPS = tuple(n for n, s in OPS.items() if s.compares)
+
+
+def _takes_floats(name: str) -> bool:
+    """Whether op ``name`` takes float32 operands (the rules of the reducing ops below)."""
+    try:
+        return OPS[name].dtype_rule(["float32"] * OPS[name].arity, {}) is not None
+    except (KeyError, TypeError):  # a rule that needs its attrs: not one of those
+        return False
+
+
+#: Ops that make a value of a dtype no value of the graph has yet: a comparison makes a bool,
+#: a cast (``to_dtype``) of a float value any other dtype.
+ADAPTERS = tuple(n for n in ("gt", "lt", "ge", "le", "eq", "ne") if n in OPS)
 COMPARE_SAME_SHARE = 0.25
 COMPARE_INPUTS_SHARE = 0.25
 #: Ops that reduce along a dim (the first one created takes a :class:`Sizing` row wish):
 #: reductions, then row-wise normalizations, then scans.
 REDUCING_OPS = tuple(
-    n for kind in ("reduction", "normalization", "scan") for n, s in OPS.items() if s.kind == kind
+    n
+    for kind in ("reduction", "normalization", "scan")
+    for n, s in OPS.items()
+    if s.kind == kind and _takes_floats(n)
 )
-#: Reductions over any dims (``dim`` may be a list or None), which a :class:`Sizing` with
-#: ``last_dim`` points at the last dim.
-_LAST_DIM_REDUCTIONS = tuple(n for n, s in OPS.items() if s.kind == "reduction")
+#: The reductions the fusing compiler fuses (``dim`` may be a list or None), which a
+#: :class:`Sizing` with ``last_dim`` points at the last dim.
+_LAST_DIM_REDUCTIONS = tuple(n for n, s in OPS.items() if s.fusing == "reduction")
 
 
 @dataclasses.dataclass
@@ -182,8 +207,19 @@ class _Gen:
         op_names: Sequence[str],
         max_tries: int = 12,
         sizing: Sizing | None = None,
+        dtype: str = "float32",
     ):
         self.ch = ch
+        self.dtype = dtype
+        #: the dtype of each value (parallel to ``values``)
+        self.dtypes: list[str] = []
+        #: the dtype of each value were the inputs each float dtype (``dtype`` first): an op is
+        #: kept only where its rule takes its operands in every one, so a graph stays valid
+        #: whatever case dtype it is run in (a float32 cast meets float16 inputs in one case,
+        #: float32 ones in another, and matmul takes only one dtype)
+        self.cases = (dtype,) + tuple(d for d in _ops.FLOAT_DTYPES if d != dtype)
+        self.case_dtypes: list[tuple[str, ...]] = []
+        self.adapting = False
         self.op_names = list(op_names)
         self.max_tries = max_tries
         self.sizing = sizing or Sizing()
@@ -272,6 +308,8 @@ class _Gen:
                 self.wanted_terms.append(d >= min(self.free[-1][1], 7))
             self.solver.add(*self._cap(shape))
             self.values.append((f"x{i}", shape))
+            self.dtypes.append(self.dtype)
+            self.case_dtypes.append(self.cases)
         self.n_inputs = k
         self.solver.add(z3.Implies(self.wanted, z3.And(*self.wanted_terms)))
         if self.solver.check(self.wanted) != z3.sat:  # pragma: no cover - inputs alone are easy
@@ -324,7 +362,67 @@ class _Gen:
             operand = len(self.values) - 1 if k % 2 == 0 else self.n_inputs - 1
             self.try_op(op, operand)
 
-    def try_op(self, op: str | None = None, operand: int | None = None) -> bool:
+    def _fit_dtypes(self, op: str, idx: list[int], attrs: dict, keep_first: bool
+                    ) -> list[int] | None:
+        """Operands of ``op`` whose dtypes its rule takes: ``idx`` if it does, else operands of
+        a drawn fitting dtype combination (the newest values of each dtype preferred; a value of
+        a dtype the graph lacks is made first, :meth:`_produce`), or None."""
+        spec = OPS[op]
+        have = [self.dtypes[i] for i in idx]
+        if spec.dtype_rule(have, attrs) is not None:
+            return idx
+
+        def fitting(dtypes: Sequence[str]) -> list[tuple[str, ...]]:
+            return [
+                c
+                for c in itertools.product(dtypes, repeat=len(idx))
+                if (not keep_first or c[0] == have[0]) and spec.dtype_rule(list(c), attrs)
+            ]
+
+        present = [d for d in VALUE_DTYPES if d in self.dtypes]
+        combos = fitting(present)
+        if not combos:
+            if self.adapting:
+                return None
+            wanted = fitting(VALUE_DTYPES)
+            if not wanted:
+                return None
+            combo = wanted[self.ch.integers(0, len(wanted) - 1)]
+            for d in [d for d in VALUE_DTYPES if d in combo and d not in present]:
+                if not self._produce(d):
+                    return None
+            combos = [combo]
+        combo = combos[self.ch.integers(0, len(combos) - 1)]
+        out = list(idx)
+        for j, want in enumerate(combo):
+            if (keep_first and j == 0) or self.dtypes[out[j]] == want:
+                continue
+            cands = [i for i, d in enumerate(self.dtypes) if d == want]
+            out[j] = cands[len(cands) - 1 - self.ch.integers(0, min(len(cands), 3) - 1)]
+        if spec.compares and idx[0] == idx[1] and combo[0] == combo[1]:
+            out[1] = out[0]  # one value on both sides stays one value
+        return out
+
+    def _produce(self, dtype: str) -> bool:
+        """Make a value of ``dtype`` from what the graph has: a comparison for a bool (it
+        also makes ties, :data:`COMPARE_SAME_SHARE`), else a cast of the newest float value."""
+        self.adapting = True
+        try:
+            if dtype == "bool" and ADAPTERS:
+                if self.try_op(ADAPTERS[self.ch.integers(0, len(ADAPTERS) - 1)]):
+                    return True
+            floats = [i for i, d in enumerate(self.dtypes) if is_float_dtype(d)]
+            if not floats or "to_dtype" not in OPS:
+                return False
+            return self.try_op("to_dtype", floats[-1], attrs={"dtype": dtype})
+        finally:
+            self.adapting = False
+
+    def try_op(
+        self, op: str | None = None, operand: int | None = None, attrs: dict | None = None
+    ) -> bool:
+        """Draw (or take) an op, its operands and attrs (``attrs``: given, for an adapter) and
+        keep it if its shape constraints are satisfiable."""
         ch = self.ch
         if op is None:
             names = self.op_names
@@ -335,10 +433,29 @@ class _Gen:
         idx = self._operands(op, spec.arity)
         if operand is not None:
             idx[0] = operand
+        given = attrs
         shapes = [self.values[i][1] for i in idx]
-        attrs = spec.sample_attrs(ch, [len(s) for s in shapes])
+        ranks = [len(s) for s in shapes]
+        attrs = dict(given) if given is not None else spec.sample_attrs(ch, ranks)
         if attrs is None:
             return False
+        fitted = self._fit_dtypes(op, idx, attrs, keep_first=operand is not None)
+        if fitted is None:
+            return False
+        if fitted != idx:  # other operands: the attrs drawn for their ranks
+            idx = fitted
+            shapes = [self.values[i][1] for i in idx]
+            if given is None:
+                attrs = spec.sample_attrs(ch, [len(s) for s in shapes])
+            if attrs is None:
+                return False
+        made = tuple(
+            spec.dtype_rule([self.case_dtypes[i][c] for i in idx], attrs)
+            for c in range(len(self.cases))
+        )
+        if None in made:
+            return False
+        out_dtype = made[0]
         wish = self._row_wish(op, shapes[0], attrs)
         _ops._Z3_STATE["ctx"] = self.ctx
         n_free_before = _ops._Z3_STATE["counter"]
@@ -377,6 +494,8 @@ class _Gen:
         name = f"t{len(self.nodes)}"
         self.nodes.append((op, [self.values[i][0] for i in idx], attrs, out))
         self.values.append((name, out))
+        self.dtypes.append(out_dtype)
+        self.case_dtypes.append(made)
         return True
 
     def _satisfiable(self, cons: list) -> bool:
@@ -428,9 +547,11 @@ def _finish(gen: _Gen, model: z3.ModelRef, max_nodes: int) -> dict:
     shapes: dict[str, list[int]] = {}
     inputs: list[dict[str, Any]] = []
     n_inputs = len(gen.values) - len(gen.nodes)
+    dtypes: dict[str, str] = {}
     for name, sh in gen.values[:n_inputs]:
         shapes[name] = _concrete(model, sh)
-        inputs.append({"name": name, "shape": shapes[name]})
+        dtypes[name] = gen.dtype
+        inputs.append({"name": name, "shape": shapes[name], "dtype": gen.dtype})
     ivals: dict[str, tuple[float, float]] = {i["name"]: (-INPUT_BOUND, INPUT_BOUND) for i in inputs}
     rename: dict[str, str] = {}
     nodes: list[dict] = []
@@ -439,10 +560,15 @@ def _finish(gen: _Gen, model: z3.ModelRef, max_nodes: int) -> dict:
     def emit(op: str, args: list[str], attrs: dict, shape: list[int]) -> str:
         name = f"n{len(nodes)}"
         iv = interval(op, attrs, [ivals[a] for a in args], [shapes[a] for a in args], shape)
+        dtype = OPS[op].dtype_rule([dtypes[a] for a in args], attrs)
+        if dtype is None:  # pragma: no cover - phase 1 drew operands the rule takes
+            raise AssertionError(f"{op} does not take {[dtypes[a] for a in args]}")
         nodes.append(
-            {"name": name, "op": op, "args": list(args), "attrs": attrs, "shape": list(shape)}
+            {"name": name, "op": op, "args": list(args), "attrs": attrs, "shape": list(shape),
+             "dtype": dtype}
         )
         shapes[name] = list(shape)
+        dtypes[name] = dtype
         ivals[name] = iv
         return name
 
@@ -458,9 +584,11 @@ def _finish(gen: _Gen, model: z3.ModelRef, max_nodes: int) -> dict:
         check = spec.out_shape(in_shapes, pub)
         if check != out_shape:  # pragma: no cover - the symbolic and concrete rules agree
             raise AssertionError(f"{op}: solved shape {out_shape} but its rule gives {check}")
-        # domain guards
+        # domain guards (on float operands: ints and bools are what they are)
         for pos in spec.domain_args(pub):
             lo, hi = ivals[args[pos]]
+            if not is_float_dtype(dtypes[args[pos]]):
+                continue
             if not lo >= POSITIVE_MIN or not math.isfinite(hi):
                 a = emit("abs", [args[pos]], {}, shapes[args[pos]])
                 args[pos] = emit("add_scalar", [a], {"value": 0.5}, shapes[a])
@@ -477,7 +605,7 @@ def _finish(gen: _Gen, model: z3.ModelRef, max_nodes: int) -> dict:
                 alo, ahi = ivals[a]
                 if a in guarded:
                     args[pos] = guarded[a]
-                elif max(abs(alo), abs(ahi)) > c:
+                elif max(abs(alo), abs(ahi)) > c and is_float_dtype(dtypes[a]):
                     args[pos] = guarded[a] = emit("clamp", [a], {"min": -c, "max": c}, shapes[a])
         rename[tname] = emit(op, args, pub, out_shape)
         if any(tname == f"t{k}" for k in gen.row_nodes):
@@ -497,20 +625,24 @@ def generate(
     sizing: Sizing | None = None,
     keep: int | None = None,
     more: Callable[[int], bool] | None = None,
+    dtype: str = "float32",
 ) -> dict:
     """Generate a graph from a chooser's draws: ``n_nodes`` drawn ops (at least one), guard nodes
     inserted, then cut to ``keep`` nodes (default ``n_nodes``); ``sizing`` steers its sizes.
 
     ``more(count)``, asked after each op, may end the graph early: a Hypothesis draw there makes
     every op its own deletable span (like the elements of ``st.lists``), so a failing graph
-    shrinks op by op."""
+    shrinks op by op.  ``dtype``: the case dtype (the inputs' ``"dtype"``; node dtypes follow
+    from the ops' rules)."""
     ch = as_chooser(chooser)
     names = [o for o in (ops or _ops.DEFAULT_OPS)]
     for o in names:
         if o not in OPS:
             raise KeyError(f"unknown op {o!r}")
     n_nodes = max(1, int(n_nodes))
-    gen = _Gen(ch, names, sizing=sizing)
+    if dtype not in VALUE_DTYPES or not is_float_dtype(dtype):
+        raise ValueError(f"inputs are floating: unknown case dtype {dtype!r}")
+    gen = _Gen(ch, names, sizing=sizing, dtype=dtype)
     gen.add_inputs()
     fails = 0
     asked = 0
@@ -526,6 +658,8 @@ def generate(
         ops_fallback = "neg"
         gen.nodes.append((ops_fallback, [gen.values[0][0]], {}, gen.values[0][1]))
         gen.values.append(("t0", gen.values[0][1]))
+        gen.dtypes.append(gen.dtype)
+        gen.case_dtypes.append(gen.cases)
     model = gen.solve()
     try:
         return _finish(gen, model, max(n_nodes, int(keep or 0)))

@@ -210,3 +210,68 @@ def cumsum(attrs: dict, ivals: Sequence[Interval], in_shapes: Any, out_shape: An
 
 def cat(attrs: dict, ivals: Sequence[Interval], in_shapes: Any, out_shape: Any) -> Interval:
     return (min(ivals[0][0], ivals[1][0]), max(ivals[0][1], ivals[1][1]))
+
+
+# typed ops (:mod:`.ops_typed`): bools are 0 / 1, ints their integer range
+
+
+def boolean(attrs: dict, ivals: Sequence[Interval], in_shapes: Any, out_shape: Any) -> Interval:
+    """Comparisons, logical ops, any / all: a bool."""
+    return (0.0, 1.0)
+
+
+def cast(attrs: dict, ivals: Sequence[Interval], in_shapes: Any, out_shape: Any) -> Interval:
+    """to_dtype: the same range, truncated for an integer target (the generator's guard keeps a
+    float cast to an integer inside ``+-MAGNITUDE_LIMIT``), 0 / 1 for bool."""
+    lo, hi = ivals[0]
+    target = attrs.get("dtype")
+    if target == "bool":
+        return (0.0, 1.0)
+    if target in ("int32", "int64"):
+        return (float(math.trunc(lo)) if math.isfinite(lo) else lo,
+                float(math.trunc(hi)) if math.isfinite(hi) else hi)
+    return (lo, hi)
+
+
+def where_cond(attrs: dict, ivals: Sequence[Interval], in_shapes: Any, out_shape: Any) -> Interval:
+    """where(cond, a, b): either branch."""
+    return (min(ivals[1][0], ivals[2][0]), max(ivals[1][1], ivals[2][1]))
+
+
+def masked_fill(attrs: dict, ivals: Sequence[Interval], in_shapes: Any, out_shape: Any
+                ) -> Interval:
+    v = float(attrs["value"])
+    return (min(ivals[0][0], v), max(ivals[0][1], v))
+
+
+def index(attrs: dict, ivals: Sequence[Interval], in_shapes: Any, out_shape: Any) -> Interval:
+    """argmax / argmin: an index along ``dim``."""
+    shape = in_shapes[0]
+    n = shape[int(attrs["dim"]) % len(shape)] if shape else 1
+    return (0.0, float(max(n - 1, 0)))
+
+
+def bitwise(attrs: dict, ivals: Sequence[Interval], in_shapes: Any, out_shape: Any) -> Interval:
+    """and / or / xor of integers: within the next power of two of the largest magnitude."""
+    m = max(max(abs(lo), abs(hi)) for lo, hi in ivals)
+    if not math.isfinite(m):
+        return (-_INF, _INF)
+    p = 2.0 ** math.ceil(math.log2(m + 1))
+    lo = 0.0 if all(lo >= 0 for lo, _ in ivals) else -p
+    return (lo, p)
+
+
+def floor_divide(attrs: dict, ivals: Sequence[Interval], in_shapes: Any, out_shape: Any
+                 ) -> Interval:
+    lo, hi = ivals[0]
+    d = float(attrs["divisor"])
+    ends = sorted((lo / d, hi / d))
+    return (math.floor(ends[0]) if math.isfinite(ends[0]) else ends[0],
+            math.floor(ends[1]) if math.isfinite(ends[1]) else ends[1])
+
+
+def remainder(attrs: dict, ivals: Sequence[Interval], in_shapes: Any, out_shape: Any
+              ) -> Interval:
+    """Python's (and torch's) remainder takes the divisor's sign."""
+    d = float(attrs["divisor"])
+    return (0.0, abs(d) - 1) if d > 0 else (-(abs(d) - 1), 0.0)

@@ -19,6 +19,11 @@ An op's whole contract lives in its record, so adding or changing an op is one e
   ``shape``, index_select's ``index``).  Attributes and ``infer`` are what a graph from a file may
   say: :func:`fuzzkit.targets.compiler.graphs.build.graph_shapes` checks every node against them without
   allocating anything (validation, resource limits).
+* **dtypes** -- ``dtype_rule(in_dtypes, attrs) -> dtype | None``: every value of a graph has a
+  dtype of :data:`VALUE_DTYPES`; the rule gives the op's output dtype for its operands' dtypes,
+  or None where it does not take them (default :func:`default_dtype_rule`: floats only,
+  promoted for elementwise ops, of one dtype for the others; layout ops any one dtype).
+  ``undefined`` marks output elements whose value is implementation-defined (NaN cast to int).
 * **input domain** -- ``domain``: ``"positive"`` (log, sqrt, rsqrt, fractional pow) or
   ``"nonzero"`` (reciprocal, div's denominator) for the argument positions ``domain_args(attrs)``;
   the generator inserts guard nodes so this always holds; ``interval``: the op's value-range rule
@@ -489,15 +494,39 @@ def _attrs_dim(ch, ranks):
     return {"dim": ch.integers(0, ranks[0] - 1)}
 
 
+#: The forms of a reduction's ``dim`` (:func:`_attrs_reduce`), each drawn on its own so every
+#: one comes up: an int (most draws: the fusing compiler fuses exactly the last dim), a list of
+#: one dim (the same reduction through the list path of torch and the compilers), a list of
+#: several or all dims (any subset, in order), and ``None`` (every dim).
+REDUCE_FORMS = ("int", "int", "int", "int", "int", "one-list", "subset", "none")
+
+
+def reduce_form(dim: Any, rank: int) -> str:
+    """The form (:data:`REDUCE_FORMS`) of a drawn ``dim`` -- a list naming every dim is
+    ``"all-list"``, a subset of two or more ``"subset"`` (tests count the forms drawn)."""
+    if dim is None:
+        return "none"
+    if isinstance(dim, int):
+        return "int"
+    if len(dim) == 1:
+        return "one-list"
+    return "all-list" if len(dim) == rank else "subset"
+
+
 def _attrs_reduce(ch, ranks):
-    """One dim (most draws), a list of dims, or ``None`` (every dim: a full reduction, a 0-d
-    result without keepdim; the only form a 0-d operand takes)."""
+    """A form from :data:`REDUCE_FORMS`, then its dims: an int dim (uniform over the dims), a
+    list of one dim, a non-empty subset of the dims (uniform over the ``2^r - 1`` subsets: the
+    full list included), or ``None`` (every dim: a full reduction, a 0-d result without
+    keepdim; the only form a 0-d operand takes); keepdim either way."""
     r = ranks[0]
-    form = ch.integers(0, 7) if r else 7
-    if form < 6:
+    form = REDUCE_FORMS[ch.integers(0, len(REDUCE_FORMS) - 1)] if r else "none"
+    if form == "int":
         dim: Any = ch.integers(0, r - 1)
-    elif form == 6:
-        dim = sorted({ch.integers(0, r - 1) for _ in range(2)})
+    elif form == "one-list":
+        dim = [ch.integers(0, r - 1)]
+    elif form == "subset":
+        mask = ch.integers(1, (1 << r) - 1)
+        dim = [d for d in range(r) if mask >> d & 1]
     else:
         dim = None
     return {"dim": dim, "keepdim": ch.boolean()}
@@ -510,30 +539,43 @@ _FRAC_EXPONENTS = (0.5, 1.5)
 _EDGE_EXPONENTS = (0.0, 1.0, -1.0, -2.0, -0.5)
 
 
+#: Every exponent the generator draws (each has its fusing form in the record's ``cases``).
+POW_EXPONENTS = _INT_EXPONENTS + _FRAC_EXPONENTS + _EDGE_EXPONENTS
+
+
 def _attrs_pow(ch, ranks):
-    exps = _INT_EXPONENTS + _FRAC_EXPONENTS + _EDGE_EXPONENTS
-    return {"exponent": exps[ch.integers(0, len(exps) - 1)]}
+    """One exponent of :data:`POW_EXPONENTS`, each equally likely: the edge ones (0, 1, the
+    negative and reciprocal powers) as often as the common ones."""
+    return {"exponent": POW_EXPONENTS[ch.integers(0, len(POW_EXPONENTS) - 1)]}
 
 
 _CLAMP_BOUNDS = (-math.inf, -4.0, -2.0, -1.0, -0.5, 0.0, 0.5, 1.0, 2.0, 4.0, math.inf)
+#: The two axes of clamp's grid: a lower bound is absent (``None``: torch's ``clamp_max``),
+#: ``-inf`` or a finite grid value; an upper bound a finite grid value, ``+inf`` or absent.
+CLAMP_LOWER: tuple[float | None, ...] = (None,) + _CLAMP_BOUNDS[:-1]
+CLAMP_UPPER: tuple[float | None, ...] = _CLAMP_BOUNDS[1:] + (None,)
 
 
 def _attrs_clamp(ch, ranks):
     """Two bounds ``min < max`` (infinite ones included), or one side only (``None``: torch's
-    ``clamp_min`` / ``clamp_max``)."""
-    i = ch.integers(1, len(_CLAMP_BOUNDS) - 3)
-    j = ch.integers(i + 1, len(_CLAMP_BOUNDS) - 2)
-    lo: float | None = _CLAMP_BOUNDS[i]
-    hi: float | None = _CLAMP_BOUNDS[j]
-    side = ch.integers(0, 7)
-    if side == 1:
-        lo = None
-    elif side == 2:
-        hi = None
-    elif side == 3:
-        lo = -math.inf
-    elif side == 4:
-        hi = math.inf
+    ``clamp_min`` / ``clamp_max``), never neither.
+
+    The grid is walked one axis at a time: a coin picks the bound to anchor, drawn uniformly
+    from its axis (:data:`CLAMP_LOWER` / :data:`CLAMP_UPPER`), and the other bound is drawn
+    uniformly from the values compatible with it.  So every value of each axis -- 0 and the
+    extreme +-4 on either side, the infinite and the absent bounds -- has probability at least
+    1/22 per clamp (drawing the pair at once left a lower bound of 4 and an upper bound of -4
+    unreachable, and the infinite / absent ones rare)."""
+    if ch.boolean():
+        lo = CLAMP_LOWER[ch.integers(0, len(CLAMP_LOWER) - 1)]
+        his = [h for h in CLAMP_UPPER
+               if (h is None and lo is not None) or (h is not None and (lo is None or h > lo))]
+        hi = his[ch.integers(0, len(his) - 1)]
+    else:
+        hi = CLAMP_UPPER[ch.integers(0, len(CLAMP_UPPER) - 1)]
+        los = [v for v in CLAMP_LOWER
+               if (v is None and hi is not None) or (v is not None and (hi is None or v < hi))]
+        lo = los[ch.integers(0, len(los) - 1)]
     return {"min": lo, "max": hi}
 
 
@@ -653,6 +695,7 @@ class Attr:
 
     * ``int``   -- an integer in ``[lo, hi]``;
     * ``bool``  -- ``True`` or ``False``;
+    * ``dtype`` -- a name of :data:`VALUE_DTYPES`;
     * ``real``  -- a finite number in ``[lo, hi]``;
     * ``bound`` -- ``None`` (no bound) or a number in ``[lo, hi]``, ``+-inf`` included (not NaN);
     * ``dims``  -- ``None`` (every dim), an integer, or a non-empty list of distinct integers,
@@ -673,6 +716,9 @@ class Attr:
             return None if isinstance(value, (bool, np.bool_)) else "must be true or false"
         if self.kind == "int":
             return self._int(value)
+        if self.kind == "dtype":
+            ok = isinstance(value, str) and value in VALUE_DTYPES
+            return None if ok else f"must be one of {', '.join(VALUE_DTYPES)}"
         if self.kind in ("real", "bound"):
             if value is None and self.kind == "bound":
                 return None
@@ -889,6 +935,80 @@ FUSING = ("elementwise", "reduction", None)
 #: Kinds whose values are bit copies of their inputs (nothing computed, nothing rounded).
 COPY_KINDS = ("layout", "concat", "gather")
 
+# ----------------------------------------------------------------------------------------------
+# value dtypes: every value of a graph has one; each op says which operand dtypes it takes
+# ----------------------------------------------------------------------------------------------
+
+#: The dtypes a value of a graph may have.  Graph inputs are floating (the case dtype); ints and
+#: bools come from casts, comparisons, argmax and the like (:mod:`.ops_typed`).
+VALUE_DTYPES = ("float32", "float16", "bfloat16", "int32", "int64", "bool")
+FLOAT_DTYPES = ("float32", "float16", "bfloat16")
+INT_DTYPES = ("int32", "int64")
+
+#: ``dtype_rule(in_dtypes, attrs) -> out dtype | None`` (None: not these operand dtypes)
+DtypeRule = Callable[[Sequence[str], Mapping[str, Any]], "str | None"]
+
+
+def is_float_dtype(name: str) -> bool:
+    return name in FLOAT_DTYPES
+
+
+def torch_dtype_of(name: str) -> torch.dtype:
+    """The torch dtype of a :data:`VALUE_DTYPES` name (KeyError for any other name: names come
+    from files and are checked against the tuple, never looked up on ``torch``)."""
+    return {
+        "float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
+        "int32": torch.int32, "int64": torch.int64, "bool": torch.bool,
+    }[name]
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """:data:`VALUE_DTYPES` name of a torch dtype (``torch.float64`` etc. are not one)."""
+    return str(dtype).replace("torch.", "")
+
+
+def promote_dtypes(names: Sequence[str]) -> str:
+    """torch's type promotion of tensors of these dtypes (float16 with bfloat16: float32)."""
+    out = torch_dtype_of(names[0])
+    for n in names[1:]:
+        out = torch.promote_types(out, torch_dtype_of(n))
+    return dtype_name(out)
+
+
+def float_rule(in_dtypes: Sequence[str], attrs: Mapping[str, Any]) -> str | None:
+    """The default of elementwise ops: floating operands only, the result in their promoted
+    dtype (torch's elementwise kernels promote) -- every op whose error rule reasons about float
+    rounding (an int or bool operand would make it a different computation, which an op states
+    by its own rule)."""
+    if not in_dtypes or not all(is_float_dtype(d) for d in in_dtypes):
+        return None
+    return promote_dtypes(in_dtypes)
+
+
+def same_float_rule(in_dtypes: Sequence[str], attrs: Mapping[str, Any]) -> str | None:
+    """The default of every other kind: floating operands of one dtype (matmul, bmm, addmm,
+    layer_norm's weights and the like refuse mixed dtypes in torch: no promotion to draw)."""
+    if not in_dtypes or not is_float_dtype(in_dtypes[0]):
+        return None
+    return in_dtypes[0] if all(d == in_dtypes[0] for d in in_dtypes) else None
+
+
+def default_dtype_rule(kind: str) -> DtypeRule:
+    """The rule of an op that states none: elementwise ops promote floats
+    (:func:`float_rule`), layout ops copy any one dtype (:func:`same_dtype_rule`), the rest
+    take floats of one dtype (:func:`same_float_rule`)."""
+    if kind in COPY_KINDS:
+        return same_dtype_rule
+    return float_rule if kind == "elementwise" else same_float_rule
+
+
+def same_dtype_rule(in_dtypes: Sequence[str], attrs: Mapping[str, Any]) -> str | None:
+    """Layout ops (bit copies): any dtype, operands of one dtype (cat of two dtypes would
+    promote, i.e. round: not a copy)."""
+    if not in_dtypes or any(d != in_dtypes[0] for d in in_dtypes):
+        return None
+    return in_dtypes[0] if in_dtypes[0] in VALUE_DTYPES else None
+
 
 @dataclass(frozen=True)
 class OpSpec:
@@ -935,6 +1055,13 @@ class OpSpec:
     compares: bool = False  # a comparison of its first two operands (ties matter)
     grows: bool = False  # may make a tensor larger than its operands (the element cap applies)
     guard_only: bool = False  # only inserted by the generator as a guard, never drawn
+    # -- dtypes
+    #: the output dtype for operand dtypes (:data:`VALUE_DTYPES`), None where the op does not
+    #: take them (default :func:`float_rule`; layout ops :func:`same_dtype_rule`)
+    dtype_rule: DtypeRule = float_rule
+    #: ``(xs, attrs, in_dtypes) -> mask`` of output elements whose value is
+    #: implementation-defined (a NaN or Inf cast to an integer): left unjudged; None: none
+    undefined: Callable[..., np.ndarray] | None = None
 
     @property
     def copies(self) -> bool:
@@ -984,8 +1111,10 @@ class OpSpec:
 
 
 #: The parts every record must have as callables.
-RULES = ("torch_fn", "shape_rule", "sample_attrs", "infer", "domain_rule", "interval", "error",
-         "reads")
+RULES = ("torch_fn", "shape_rule", "sample_attrs", "infer", "domain_rule", "interval",
+         "dtype_rule", "error", "reads")
+#: Input domains an op may need at its ``domain_args``.
+DOMAINS = (None, "positive", "nonzero")
 
 
 def missing_parts(spec: OpSpec) -> list[str]:
@@ -993,15 +1122,18 @@ def missing_parts(spec: OpSpec) -> list[str]:
     is not callable, attributes that are not :class:`Attr`, an unknown domain or fusing, a fused
     lowering its kind does not allow, a domain without positions or positions without one."""
     problems = [f"{part} is not callable" for part in RULES if not callable(getattr(spec, part))]
-    for part in ("partial", "finalize", "builder"):
+    for part in ("partial", "finalize", "builder", "undefined"):
         value = getattr(spec, part)
         if value is not None and not callable(value):
             problems.append(f"{part} is neither None nor callable")
+    # a family's records are made by the home module's _spec, whose Attr a miscompile
+    # mutant's private copy of this file does not share: either class is an Attr
+    attr_classes = (Attr, getattr(sys.modules.get(_HOME), "Attr", Attr))
     if not isinstance(spec.attributes, Mapping) or not all(
-        isinstance(a, Attr) for a in spec.attributes.values()
+        isinstance(a, attr_classes) for a in spec.attributes.values()
     ):
         problems.append("attributes are not Attr declarations")
-    if spec.domain not in (None, "positive", "nonzero"):
+    if spec.domain not in DOMAINS:
         problems.append(f"unknown domain {spec.domain!r}")
     if spec.fusing not in FUSING:
         problems.append(f"unknown fusing {spec.fusing!r}")
@@ -1148,10 +1280,15 @@ def _spec(
     cases: Mapping[Any, str] | None = None,
     builder: Callable[[Mapping[Any, str], dict[str, str], dict], str] | None = None,
     reduction_body: Sequence[str] = (),
+    fn: Callable[..., torch.Tensor] | None = None,
+    dtype_rule: DtypeRule | None = None,
+    undefined: Callable[..., np.ndarray] | None = None,
 ) -> OpSpec:
-    """One record; the torch function is this module's function of the same name.  The error,
-    dependency and interval rules and the fusing lowering have no default: an op states them."""
-    fn = _torch_fn(name)
+    """One record; the torch function is this module's function of the same name, or ``fn``
+    (an op of a family module, :data:`FAMILIES`: a module-level function of that module, its
+    stable import path).  The error, dependency and interval rules and the fusing lowering have
+    no default: an op states them."""
+    fn = _torch_fn(name) if fn is None else fn
 
     def sample_attrs(chooser, in_ranks, _f=attrs):
         return _f(as_chooser(chooser), list(in_ranks))
@@ -1181,6 +1318,8 @@ def _spec(
         compares=compares,
         grows=grows,
         guard_only=guard_only,
+        dtype_rule=dtype_rule or default_dtype_rule(kind),
+        undefined=undefined,
     )
 
 
@@ -1334,6 +1473,31 @@ OPS: dict[str, OpSpec] = {
     ]
 }
 
+#: Op families beyond the core records above: each module defines its torch functions at module
+#: level (their stable fx import path) and a ``RECORDS`` list of :class:`OpSpec` made with
+#: :func:`_spec` (``fn=`` its own function) -- one record per op all the same, a family just keeps
+#: this file from growing without bound.  Absolute names: a miscompile mutant's private copy of
+#: this file registers the same families.
+FAMILIES: tuple[str, ...] = tuple(
+    f"fuzzkit.targets.compiler.graphs.ops_{family}"
+    for family in ("elementwise", "layout", "reduce", "typed")
+)
+
+
+def _family_records() -> list[OpSpec]:
+    import importlib
+
+    out: list[OpSpec] = []
+    for module in FAMILIES:
+        out.extend(importlib.import_module(module).RECORDS)
+    return out
+
+
+for _record in _family_records():
+    if _record.name in OPS:  # pragma: no cover - a programming error, caught at import
+        raise RuntimeError(f"op {_record.name!r} is declared twice")
+    OPS[_record.name] = _record
+
 #: ops the generators draw from by default (guard-only helpers excluded)
 DEFAULT_OPS: tuple[str, ...] = tuple(n for n, s in OPS.items() if not s.guard_only)
 
@@ -1360,7 +1524,26 @@ def finalize_attrs(
     return out
 
 
-def eval_shape(op: str, attrs: dict, in_shapes: Sequence[Sequence[int]]) -> list[int]:
-    """Concrete output shape of ``op`` on concrete input shapes (public attrs), via torch meta."""
-    metas = [torch.empty(tuple(s), device="meta", dtype=torch.float32) for s in in_shapes]
+def accepted_dtypes(op: str, attrs: Mapping[str, Any], arity: int | None = None
+                    ) -> list[tuple[str, ...]]:
+    """Every operand dtype combination (of :data:`VALUE_DTYPES`) ``op``'s dtype rule takes
+    with ``attrs``, float32-first (the generator's search for operands; shape checks)."""
+    import itertools
+
+    spec = OPS[op]
+    n = spec.arity if arity is None else arity
+    return [c for c in itertools.product(VALUE_DTYPES, repeat=n)
+            if spec.dtype_rule(list(c), attrs) is not None]
+
+
+def eval_shape(op: str, attrs: dict, in_shapes: Sequence[Sequence[int]],
+               in_dtypes: Sequence[str] | None = None) -> list[int]:
+    """Concrete output shape of ``op`` on concrete input shapes (public attrs), via torch meta
+    (operands of ``in_dtypes``; default float32, else the first combination the op takes)."""
+    if in_dtypes is None:
+        floats = ["float32"] * len(in_shapes)
+        ok = OPS[op].dtype_rule(floats, attrs) is not None
+        in_dtypes = floats if ok else accepted_dtypes(op, attrs, len(in_shapes))[0]
+    metas = [torch.empty(tuple(s), device="meta", dtype=torch_dtype_of(d))
+             for s, d in zip(in_shapes, in_dtypes)]
     return list(OPS[op].torch_fn(*metas, **attrs).shape)
