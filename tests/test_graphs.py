@@ -117,7 +117,8 @@ def _graphs(n_graphs=40, lo=3, hi=30, seed=0):
 
 def _check_graph_runs(g, rng_or_vals, dtype="float32"):
     assert build.validate_graph(g) is None
-    vals = rng_or_vals if isinstance(rng_or_vals, list) else values.random_values(g, rng_or_vals, dtype)
+    vals = (rng_or_vals if isinstance(rng_or_vals, list)
+            else values.random_values(g, rng_or_vals, dtype))
     ref = build.run_reference(g, vals)
     for inp, v in zip(g["inputs"], vals):
         assert list(v.shape) == inp["shape"]
@@ -134,20 +135,36 @@ def _check_graph_runs(g, rng_or_vals, dtype="float32"):
     return ref
 
 
+def _check_graph_module(g):
+    gm = build.to_graph_module(g)
+    assert isinstance(gm, torch.fx.GraphModule)
+    for node in gm.graph.nodes:
+        if node.op == "call_function":
+            # a core op's function lives in ops, a family op's in its family module (the
+            # stable fx import path either way), and is the record's own function
+            assert node.target.__module__ in (ops.__name__, *ops.FAMILIES)
+            assert OPS[ops.op_of(node.target)].torch_fn is node.target
+
+
 def test_generated_graphs_build_and_run_with_recorded_shapes():
+    """60 default graphs build and run with their recorded shapes; every default op is drawn.
+    With ~170 ops, 60 graphs of ~16 draws leave a few ops undrawn (all of them show up only
+    after ~350 graphs, 17 s here), so each op the 60 graphs missed gets a small graph of its
+    own (the generator restricted to it; a draw of input ranks the op does not take falls
+    back to a unary op, so the first of ten seeds that draws it), which must build and run."""
     rng = np.random.default_rng(1)
     seen = set()
     for g in _graphs(60, seed=1):
         _check_graph_runs(g, rng)
         seen |= {n["op"] for n in g["nodes"]}
-        gm = build.to_graph_module(g)
-        assert isinstance(gm, torch.fx.GraphModule)
-        for node in gm.graph.nodes:
-            if node.op == "call_function":
-                assert node.target.__module__ == "fuzzkit.targets.compiler.graphs.ops"
-                assert getattr(ops, node.target.__name__) is node.target
-    missing = set(ops.DEFAULT_OPS) - seen
-    assert not missing, missing
+        _check_graph_module(g)
+    for op in sorted(set(ops.DEFAULT_OPS) - seen):
+        g = next((g for g in (generate.random_graph(np.random.default_rng(k), 3, ops=[op])
+                              for k in range(10)) if op in {n["op"] for n in g["nodes"]}),
+                 None)
+        assert g is not None, f"the generator never draws {op}"
+        _check_graph_runs(g, rng)
+        _check_graph_module(g)
 
 
 def test_domain_guards_use_intervals():
@@ -182,7 +199,8 @@ def test_determinism_and_json_round_trip():
 
 
 def test_op_subset_and_unknown_op():
-    g = generate.random_graph(np.random.default_rng(0), 15, ops=["add", "matmul", "sum", "reshape", "exp"])
+    g = generate.random_graph(np.random.default_rng(0), 15,
+                              ops=["add", "matmul", "sum", "reshape", "exp"])
     assert {n["op"] for n in g["nodes"]} <= {"add", "matmul", "sum", "reshape", "exp", "abs",
                                             "add_scalar", "clamp"}
     with pytest.raises(KeyError):
@@ -205,9 +223,9 @@ def test_graph_strategy_and_values(data):
 
 
 def test_graph_strategy_shrinks_to_small_graph():
-    from hypothesis import find
-
     import random
+
+    from hypothesis import find
 
     # a fixed seed: with 41 ops a graph holding a sum is not guaranteed in a few hundred random
     # draws, and an unseeded search made this test flaky
@@ -337,6 +355,32 @@ def _bound_runs(n_graphs, seed):
             yield g, dt, ref, eag, bound.error_bounds(g, ref, dt)
 
 
+def _within_bound(actual, ref, b):
+    """Where ``actual`` is within the bound ``b`` of ``ref``, as the oracle
+    (:func:`fuzzkit.targets.compiler.checks.compare`) judges it: the same NaN / Inf as a
+    non-finite reference; anything at a finite reference whose bound is infinite ("no
+    guarantee": e.g. rms_norm with eps 0 whose mean square may flush to 0 in the dtype, 0/0);
+    else within ``b``.  A NaN bound (unjudged) is *not* within: ordinary values never
+    overflow."""
+    same_special = (np.isnan(actual) & np.isnan(ref)) | (np.isinf(ref) & (actual == ref))
+    free = np.isfinite(ref) & np.isinf(b)
+    with np.errstate(invalid="ignore"):
+        return same_special | free | (np.abs(actual - ref) <= b)
+
+
+def test_within_bound_is_the_oracles_rule():
+    ref = np.array([1.0, np.nan, np.inf, 1.0, 1.0, 1.0])
+    b = np.array([0.1, 0.0, 0.0, np.inf, 0.1, np.nan])
+    ok = _within_bound(np.array([1.05, np.nan, np.inf, np.nan, 1.0, 1.0]), ref, b)
+    assert ok.tolist() == [True] * 5 + [False]  # the last: a NaN bound, even at the reference
+    for k, wrong in enumerate([1.2, 0.0, -np.inf, None, np.nan]):
+        if wrong is None:
+            continue
+        actual = ref.copy()
+        actual[k] = wrong
+        assert not _within_bound(actual, ref, b)[k], k
+
+
 def test_bound_sound_for_eager_low_precision():
     """~200 graphs x 3 dtypes: eager (rounds after every op) never leaves the bound; a doubled
     result is always flagged; the bound is informative (finite, < |y|) at most nodes."""
@@ -346,8 +390,7 @@ def test_bound_sound_for_eager_low_precision():
     for g, dt, ref, eag, bd in _bound_runs(200, seed=11):
         for n in g["nodes"]:
             k = n["name"]
-            err = np.abs(eag[k] - ref[k])
-            if not (err <= bd[k]).all():
+            if not _within_bound(eag[k], ref[k], bd[k]).all():
                 violations.append((dt, n["op"], k))
         for o in g["outputs"]:
             y, b = ref[o], bd[o]
@@ -364,7 +407,14 @@ def test_bound_sound_for_eager_low_precision():
 
 
 def test_bound_flags_wrong_op_result_float32():
-    flagged = total = uninformative = 0
+    """A result 1% off is flagged at >= 90% of randomly picked nodes (at their largest
+    element).  The rest may be nodes whose bound is legitimately wide -- an uncertain ``where``
+    branch (>= 50% of |y|), or a reduction over inputs behind an op whose result may jump
+    (``remainder`` may wrap by its divisor: a std over a few such elements moves by
+    ``||e||_2 / sqrt(n)``, tens of percent, see ``test_std_bound_is_the_lipschitz_route``).
+    Since the op families landed such nodes are drawn too, so the budget of 10% covers every
+    node that cannot see a 1% error, not only those above 50%."""
+    flagged = total = 0
     rng = np.random.default_rng(12)
     for _ in range(60):
         g = generate.random_graph(rng, int(rng.integers(3, 25)))
@@ -379,13 +429,9 @@ def test_bound_flags_wrong_op_result_float32():
             continue
         total += 1
         b = bd[n["name"]].flat[j]
-        if not b < 0.5 * abs(y.flat[j]):  # uninformative (e.g. an uncertain where branch)
-            uninformative += 1
-            continue
         flagged += bool(abs(1.01 * y.flat[j] - y.flat[j]) > b)
     assert total >= 40
-    assert uninformative <= 0.1 * total
-    assert flagged == total - uninformative, (flagged, total, uninformative)
+    assert flagged >= 0.9 * total, (flagged, total)
 
 
 def test_bound_where_uncertain_branch():
@@ -425,7 +471,8 @@ def test_overflow_upstream_leaves_nothing_to_judge_downstream() -> None:
                        "attrs": {"dim": 0, "keepdim": True}, "shape": [1]}],
             "outputs": ["m"]}
     values = [np.full(4, 3e38, np.float32)]  # the mean is in range, its running sum is not
-    assert np.isnan(bound.error_bounds(mean, build.run_reference(mean, values), "float32")["m"]).all()
+    bd = bound.error_bounds(mean, build.run_reference(mean, values), "float32")
+    assert np.isnan(bd["m"]).all()
 
 
 def _node_graph(inputs, nodes, outputs):
@@ -577,3 +624,164 @@ def test_rank_zero_values_and_one_sided_clamps_build_and_bound():
         bd = bound.error_bounds(g, ref, dt)
         for k in ("s", "c", "k", "a", "e"):
             assert (np.abs(eag[k] - ref[k]) <= bd[k]).all(), (k, dt)
+
+
+# ----------------------------------------------------------------------------------------------
+# op-family rules on their edges: 0-d operands, var/std, ranges that cap overflow
+# ----------------------------------------------------------------------------------------------
+
+_TORCH_OF = {"float32": torch.float64, "float16": torch.float64, "bfloat16": torch.float64,
+             "int32": torch.int64, "int64": torch.int64, "bool": torch.bool}
+
+
+def _scalar_ops():
+    """Every op the generator can draw on 0-d operands, with its attrs for them."""
+    out = []
+    for op, spec in OPS.items():
+        rng = np.random.default_rng(0)
+        attrs = next((a for a in (spec.sample_attrs(ops.RngChooser(rng), [0] * spec.arity)
+                                  for _ in range(30)) if a is not None), None)
+        if attrs is not None:
+            pub = ops.finalize_attrs(op, attrs, [[]] * spec.arity, [], ops.RngChooser(rng))
+            out.append((op, pub))
+    return out
+
+
+def _bound_on_0d(op, attrs, e):
+    """``op``'s bound on 0-d operands (0.75, or 3 / True for int and bool operands) with
+    float errors ``e``, through :func:`bound.node_bound`; and its reference value."""
+    spec = OPS[op]
+    dts = ops.accepted_dtypes(op, attrs, spec.arity)[0]
+    xs = [torch.tensor({"bool": True, "int32": 3, "int64": 3}.get(d, 0.75), dtype=_TORCH_OF[d])
+          for d in dts]
+    y = spec.torch_fn(*xs, **attrs).double().numpy()
+    es = [np.array(e if d in ops.FLOAT_DTYPES else 0.0) for d in dts]
+    b = bound.node_bound(op, attrs, [x.double().numpy() for x in xs], es, y,
+                         spec.dtype_rule(list(dts), attrs), False, list(dts))
+    return y, np.asarray(b)
+
+
+SCALAR_OPS = _scalar_ops()
+
+
+def test_most_ops_take_0d_operands():
+    assert len(SCALAR_OPS) >= 100  # the elementwise, typed and reduction families
+
+
+@pytest.mark.parametrize("op,attrs", SCALAR_OPS, ids=[o for o, _ in SCALAR_OPS])
+def test_every_error_rule_takes_a_0d_operand(op, attrs):
+    """A scalar node (a full reduction, a 0-d input) gets a 0-d bound from every op's error
+    rule -- exact and uncertain operands -- that error_bounds can broadcast to its value.
+    (exp2, tanhshrink and a dozen more once turned a 0-d operand into shape (1,).)"""
+    for e in (0.0, 1e-3):
+        y, b = _bound_on_0d(op, attrs, e)
+        # a 0-d result, or the shape an op makes of a scalar (unsqueeze, stack, repeat)
+        assert np.broadcast_shapes(b.shape, y.shape) == y.shape, (op, b.shape, y.shape)
+        assert not np.isnan(b).any() and (b >= 0).all(), (op, b)
+        if e == 0.0 and op in bound.SELECTION_OPS | bound.LAYOUT_OPS:
+            assert (b == 0).all()  # exact stays exact through a selection / a copy
+
+
+def test_a_rule_that_widens_a_0d_operand_is_caught(monkeypatch):
+    """The 0-d check catches the old ``_f64`` (``np.ascontiguousarray`` makes a 0-d operand
+    1-d): exp2's bound then has shape (1,)."""
+    from fuzzkit.targets.compiler.graphs import ops_elementwise as fam
+
+    def widened(fn, *xs, **attrs):
+        ts = [torch.from_numpy(np.ascontiguousarray(np.asarray(x, np.float64))) for x in xs]
+        return fn(*ts, **attrs).numpy()
+
+    monkeypatch.setattr(fam, "_f64", widened)
+    _, b = _bound_on_0d("exp2", {}, 1e-3)
+    assert b.shape == (1,)
+    g = {"inputs": [{"name": "x", "shape": []}],
+         "nodes": [{"name": "n0", "op": "exp2", "args": ["x"], "attrs": {}, "shape": []}],
+         "outputs": ["n0"]}
+    with pytest.raises(ValueError):
+        bound.error_bounds(g, {"x": np.array(0.5), "n0": np.array(2**0.5)}, "float32")
+
+
+def test_var_std_never_drawn_without_degrees_of_freedom():
+    """Bessel's correction over one element is 0/0 (a NaN reference, no finite range): the
+    finalizer keeps it only where the reduced count allows it."""
+    for op in ("var", "std"):
+        attrs = {"dim": 1, "keepdim": False, "correction": 1}
+        assert ops.finalize_attrs(op, attrs, [[3, 1, 4]], [3, 4], None)["correction"] == 0
+        assert ops.finalize_attrs(op, attrs, [[3, 2, 4]], [3, 4], None)["correction"] == 1
+        assert ops.finalize_attrs(op, dict(attrs, dim=None), [[]], [], None)["correction"] == 0
+        lo, hi = generate.interval(op, {"dim": 1, "keepdim": False, "correction": 0},
+                                   [(-1.0, 1.0)], [[3, 1, 4]], [3, 4])
+        assert lo == 0.0 and hi <= 1.0
+    for g in _graphs(40, seed=5):
+        shapes = build.shapes_of(g)
+        for n in g["nodes"]:
+            if n["op"] in ("var", "std"):
+                x = shapes[n["args"][0]]
+                dims = range(len(x)) if n["attrs"]["dim"] is None else n["attrs"]["dim"]
+                dims = [dims] if isinstance(dims, int) else dims
+                assert math.prod(x[d] for d in dims) > n["attrs"]["correction"], n
+
+
+def test_std_bound_is_the_lipschitz_route():
+    """std's propagated error is at most ``||e||_2 / sqrt(dof)`` (std is a scaled norm of the
+    centred vector): sound on sampled perturbations -- the corners ``+-e`` included -- and
+    tighter than the variance route where a few inputs are very uncertain; a bound that
+    forgets the square root (``||e||_2 / dof``) is caught by the same perturbations."""
+    from fuzzkit.targets.compiler.graphs import error_rules as er
+    from fuzzkit.targets.compiler.graphs import ops_reduce
+
+    rng = np.random.default_rng(4)
+    x = rng.uniform(0, 4, size=(2, 512))
+    e = np.full(x.shape, 1e-7)
+    e[:, :8] = 1.5  # a wrapping remainder upstream: off by its divisor
+    for correction in (0, 1):
+        attrs = {"dim": 1, "keepdim": False, "correction": correction}
+        y = torch.std(torch.from_numpy(x), dim=1, correction=correction).numpy()
+        o = er.Operands([x], [e], y, np.abs(y), 2.0**-24, attrs, False, OPS["std"].torch_fn,
+                        ("float32",), "float32")
+        prop, comp = ops_reduce.std_error(o)
+        dof = 512 - correction
+        wrong = np.sqrt(np.sum(e * e, axis=1)) / dof
+        worst = np.zeros(2)
+        for k in range(400):
+            d = e * (rng.choice([-1.0, 1.0], size=x.shape) if k % 2 else rng.uniform(-1, 1,
+                                                                                       x.shape))
+            moved = torch.std(torch.from_numpy(x + d), dim=1, correction=correction).numpy()
+            worst = np.maximum(worst, np.abs(moved - y))
+        assert (worst <= prop).all()
+        assert (worst > wrong).all()
+        assert (prop <= 1.0001 * np.sqrt(np.sum(e * e, axis=1) / dof)).all()
+        # the variance route alone: its downward side at ``var - prop - comp``
+        _, _, _, ss, (ps, cs), _ = ops_reduce._centred(o)
+        v, w = ss[:, 0] / dof, (ps[:, 0] + cs[:, 0]) / dof
+        variance_route = np.sqrt(v) - np.sqrt(np.maximum(v - w, 0.0))
+        assert (prop + comp < 0.9 * variance_route).all(), (prop + comp, variance_route)
+
+
+def test_a_bounded_range_is_no_overflow():
+    """float16 softmax over inputs with errors of a few units: ``y (e^{2E}-1)`` passes half
+    float16's largest value, but the result stays in [0, 1] -- a finite (loose) bound, judged,
+    and eager stays inside it; an op whose range does reach the limit (mul) is still unjudged."""
+    g = {"inputs": [{"name": "x", "shape": [4, 8]}],
+         "nodes": [{"name": "n0", "op": "add", "args": ["x", "x"], "attrs": {}, "shape": [4, 8]},
+                   {"name": "n1", "op": "softmax", "args": ["n0"], "attrs": {"dim": 1},
+                    "shape": [4, 8]},
+                   {"name": "n2", "op": "mul", "args": ["n0", "n0"], "attrs": {},
+                    "shape": [4, 8]}],
+         "outputs": ["n1", "n2"]}
+    x = values.round_to_dtype(np.random.default_rng(0).uniform(9000, 10000, (4, 8)), "float16")
+    vals = [np.asarray(x, np.float32)]
+    ref = build.run_reference(g, vals)
+    bd = bound.error_bounds(g, ref, "float16")
+    assert (np.abs(ref["n1"]) + bd["n1"] > 0.5 * 65504).any()  # it would have been unjudged
+    assert not np.isnan(bd["n1"]).any()
+    assert _within_bound(build.run_eager(g, vals, "float16")["n1"], ref["n1"], bd["n1"]).all()
+    assert np.isnan(bd["n2"]).all()  # 1e8: overflows float16 -- nothing to judge
+    ivals = [(9000.0 - 10, 10000.0 + 10)]
+    assert OPS["softmax"].interval({"dim": 1}, ivals, [[4, 8]], [4, 8]) == (0.0, 1.0)
+    assert bound._range_within("softmax", {"dim": 1}, [x], [np.full(x.shape, 10.0)],
+                               np.zeros((4, 8)), 0.5 * 65504)
+    assert not bound._range_within("exp", {}, [x], [np.full(x.shape, 10.0)],
+                                   np.zeros((4, 8)), 0.5 * 65504)
+    x[0, 0] = np.nan  # NaN inputs: no range
+    assert not bound._range_within("add", {}, [x, x], [x * 0, x * 0], x, 0.5 * 65504)

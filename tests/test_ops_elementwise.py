@@ -55,7 +55,9 @@ def test_attributes_from_a_file_are_checked() -> None:
     assert "must be in" in OPS["round"].attrs_problem({"decimals": 9})
     assert "must be finite" in OPS["threshold"].attrs_problem(
         {"threshold": math.inf, "value": 0.0})
-    assert OPS["nan_to_num"].attrs_problem({"nan": 0.0, "posinf": math.inf, "neginf": None})
+    assert OPS["nan_to_num"].attrs_problem({"nan": 0.0, "posinf": math.inf, "neginf": -4.0})
+    # no dtype-dependent default: float64 and the run's dtype would disagree (a campaign finding)
+    assert OPS["nan_to_num"].attrs_problem({"nan": 0.0, "posinf": 4.0, "neginf": None})
     with pytest.raises(ops.SpecError, match="nonzero beta"):
         OPS["softplus"].out_shape([[2]], {"beta": 0.0, "threshold": 20.0})
     with pytest.raises(ops.SpecError, match="min_val <= max_val"):

@@ -125,7 +125,9 @@ def _problem(inputs: Any) -> str | None:
                                                       and dynamic == "marked")):
         return f"dynamic must be true, false or \"marked\", got {shown(dynamic)}"
     graph = inputs["graph"]
-    problem = build.validate_graph(graph)
+    # with the case dtype: an input's "dtype" key must be the dtype the case runs in (a graph
+    # declared for float16 inputs is refused in a float32 case, not silently re-typed)
+    problem = build.validate_graph(graph, inputs["dtype"])
     if problem is not None:
         return problem
     problem = _values_problem(graph, inputs["values"], "values")
@@ -312,6 +314,7 @@ def _runs(result: Mapping[str, Any]) -> list[Mapping[str, Any]]:
 def _run_divergence(graph: Mapping[str, Any], dtype: str, expected: Mapping[str, Any],
                     actual: Mapping[str, Any]) -> dict[str, Any] | None:
     from fuzzkit.targets.compiler.graphs import bound as bounds
+    from fuzzkit.targets.compiler.graphs import build
 
     outs = list(actual["outputs"])
     names = list(graph["outputs"])
@@ -323,10 +326,14 @@ def _run_divergence(graph: Mapping[str, Any], dtype: str, expected: Mapping[str,
     error_bounds = bounds.error_bounds(graph, intermediates, dtype)
     ops = _ops_by_name(graph)
     order = _topo_order(graph)
+    # each output's own dtype (a comparison's bool, an argmax's int64): judged exactly where its
+    # bound is 0, with no subnormal floor (:func:`compare`)
+    value_dtypes = build.infer_dtypes(graph, dtype)
     for k in sorted(range(len(names)), key=lambda i: (order.get(names[i], -1), i)):
         name = names[k]
         result = compare(name, expected["outputs"][k], outs[k],
-                         error_bounds.get(name, 0.0), dtype)
+                         error_bounds.get(name, 0.0), dtype,
+                         value_dtype=value_dtypes.get(name, dtype))
         if result is not None:
             return {"node": name, "op": ops.get(name, "input"), "dtype": dtype,
                     "output_index": k, **result}

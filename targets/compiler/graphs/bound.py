@@ -56,7 +56,10 @@ sum of a mean -- exceeds half the dtype's largest value, an evaluation may overf
 to NaN after it, e.g. ``inf - inf``, even where the reference is a clean ``-inf``).  Such an
 element, and every element downstream that reads it (:func:`dependents`: the same element of an
 elementwise op, the row of a reduction or softmax, the rows and columns of a matmul), get a NaN
-bound: "nothing can be said here", not even the NaN/Inf pattern.  Every other element keeps its
+bound: "nothing can be said here", not even the NaN/Inf pattern.  Not where the op's own value
+range (its record's interval rule on the inputs' ``[x - e, x + e]``) stays within half the
+largest value: softmax's result never passes 1, however wide its bound, so a wide bound there
+is just loose, never an overflow.  Every other element keeps its
 bound, so one huge input element does not switch off the judgement of a whole graph.  (An
 infinite bound, by contrast, leaves the value free but the reference's NaN/Inf pattern still
 binding.)  Only cases with huge inputs, Inf or NaN reach this.
@@ -185,6 +188,40 @@ def _partial_magnitude(op: str, attrs: dict, xs: list[np.ndarray], y: np.ndarray
     return np.broadcast_to(total, y.shape)
 
 
+def _range_within(
+    op: str, attrs: dict, xs: list[np.ndarray], es: list[np.ndarray], y: np.ndarray,
+    limit: float,
+) -> bool:
+    """Whether the op's value-range rule (its record's ``interval``, the generator's guard
+    rule) puts every output of the op, on any inputs within ``[x - e, x + e]``, at most
+    ``limit`` (half the dtype's largest value) in magnitude: then no evaluation can overflow
+    to inf, however wide the error bound ``|y| + e_y`` is (softmax of inputs with errors of a
+    few units: ``y (e^{2E} - 1)`` may pass half float16's range, its value never passes 1).
+
+    Only the output's range counts here: partial results on the way have their own rule.
+    Sound with a margin: an evaluation overflows only past the largest value, twice
+    ``limit``.  The input ranges are the hull of ``[x - e, x + e]`` over every element; a NaN
+    anywhere (a NaN input or error) makes them infinite, and a rule that cannot say (a NaN or
+    infinite range, an arithmetic error on ranges it was not written for) gives False, the
+    per-element overflow test as before."""
+    ivals = []
+    for x, e in zip(xs, es):
+        x = np.asarray(x, dtype=np.float64)
+        e = np.broadcast_to(np.asarray(e, dtype=np.float64), x.shape)
+        if x.size == 0:
+            ivals.append((0.0, 0.0))
+        elif np.isnan(x).any() or np.isnan(e).any():
+            ivals.append((-np.inf, np.inf))
+        else:
+            ivals.append((float(np.min(x - e)), float(np.max(x + e))))
+    try:
+        lo, hi = OPS[op].interval(attrs, ivals, [list(np.shape(x)) for x in xs],
+                                  list(np.shape(y)))
+    except (ArithmeticError, ValueError):
+        return False
+    return bool(max(abs(lo), abs(hi)) <= limit)  # NaN: False
+
+
 def dependents(
     op: str, attrs: dict, masks: list[np.ndarray], xs: list[np.ndarray], y: np.ndarray
 ) -> np.ndarray:
@@ -244,9 +281,13 @@ def error_bounds(
             # (an infinite bound is "no guarantee" already: not an overflow; ints and bools
             # stay far inside their range: the generator's guards)
             limit = _OVERFLOW.get(out_dt, np.inf)
-            may_overflow = (np.isfinite(y) & np.isfinite(reach) & (reach > limit)) | (
-                partial > _OVERFLOW["float32"]
-            )
+            reach_over = np.isfinite(y) & np.isfinite(reach) & (reach > limit)
+            if reach_over.any() and _range_within(n["op"], n["attrs"], xs, es, y, limit):
+                # the op's value range (e.g. softmax's [0, 1]) keeps every evaluation on
+                # inputs within their errors far from the dtype's largest value: a wide
+                # bound there is a loose value, not a possible overflow
+                reach_over = np.zeros_like(reach_over)
+            may_overflow = reach_over | (partial > _OVERFLOW["float32"])
             if spec.undefined is not None:  # e.g. NaN cast to int: implementation-defined
                 may_overflow = may_overflow | np.broadcast_to(
                     spec.undefined(xs, n["attrs"], in_dts), y.shape

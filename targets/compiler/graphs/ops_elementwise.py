@@ -68,8 +68,8 @@ from fuzzkit.targets.compiler.graphs.ops import (
     _infer_same,
     _rule_broadcast,
     _rule_same,
-    same_float_rule,
     _spec,
+    same_float_rule,
 )
 
 _F = torch.nn.functional
@@ -301,8 +301,11 @@ _DTYPE_OF_U = {2.0**-24: "float32", 2.0**-11: "float16", 2.0**-8: "bfloat16"}
 
 
 def _f64(fn: Callable[..., torch.Tensor], *xs: Any, **attrs: Any) -> np.ndarray:
-    """``fn`` (an op's torch function) on float64 arrays: the reference's own function."""
-    ts = [torch.from_numpy(np.ascontiguousarray(np.asarray(x, dtype=np.float64))) for x in xs]
+    """``fn`` (an op's torch function) on float64 arrays: the reference's own function.  A
+    C-ordered copy of each operand *of its own shape*: ``np.ascontiguousarray`` would turn a
+    0-d operand (a scalar node, ``x + e`` of one) into shape ``(1,)``, and the bound of a
+    scalar node would then no longer broadcast to it."""
+    ts = [torch.from_numpy(np.array(x, dtype=np.float64, order="C")) for x in xs]
     return fn(*ts, **attrs).numpy()
 
 
@@ -928,9 +931,7 @@ def _iv_threshold(attrs, ivals, in_shapes, out_shape):
 
 def _iv_nan_to_num(attrs, ivals, in_shapes, out_shape):
     lo, hi = ivals[0]
-    big = np.finfo(np.float64).max
-    pos = big if attrs["posinf"] is None else float(attrs["posinf"])
-    neg = -big if attrs["neginf"] is None else float(attrs["neginf"])
+    pos, neg = float(attrs["posinf"]), float(attrs["neginf"])
     vlo = neg if lo == -math.inf else lo
     vhi = pos if hi == math.inf else hi
     nan = float(attrs["nan"])
@@ -1061,8 +1062,11 @@ _LAMBDS = (0.5, 1.0, 0.0, 2.0, 0.25)
 _DECIMALS = (0, 0, 0, 1, 2, -1)
 _TH_VALUES = (0.0, -1.0, 1.0, 0.5, 20.0)
 _NAN_FILL = (0.0, 1.0, -1.0, 2.5)
-_POSINF = (None, 4.0, 65504.0, 0.0)
-_NEGINF = (None, -4.0, -65504.0, 0.0)
+# no None (torch's default: the largest finite value *of the tensor's dtype*): the float64
+# reference would put float64's largest there and the run its own dtype's -- a difference of
+# formats, not of compilers (a campaign reported it as a mismatch:nan_to_num:float32:value)
+_POSINF = (4.0, 65504.0, 0.0)
+_NEGINF = (-4.0, -65504.0, 0.0)
 _VALUES = (1.0, 0.5, -1.0, 2.0, 0.0, -0.25)
 _WEIGHTS = (0.5, 0.0, 1.0, 0.25, 0.75, -0.5, 1.5, 2.0)
 
@@ -1190,8 +1194,7 @@ RECORDS: list[OpSpec] = [
            attributes={"threshold": _FINITE, "value": _FINITE}),
     _unary("nan_to_num", nan_to_num, error=_nan_to_num, interval=_iv_nan_to_num, selects=True,
            attrs=_one_of(nan=_NAN_FILL, posinf=_POSINF, neginf=_NEGINF),
-           attributes={"nan": _FINITE, "posinf": Attr("bound", -65504, 65504),
-                       "neginf": Attr("bound", -65504, 65504)}),
+           attributes={"nan": _FINITE, "posinf": _FINITE, "neginf": _FINITE}),
     # -- binary
     _binary("logaddexp", logaddexp, error=_logaddexp(1.0),
             interval=_iv_increasing2(logaddexp)),

@@ -22,7 +22,9 @@ low-precision kernel may round an intermediate step to the dtype):
 * var / std: ``|S(x+d) - S(x)| <= 2 sqrt(S) ||d||_2 + ||d||_2^2`` for the centred sum of
   squares ``S`` (centring is a projection, it does not grow ``d``), a one-pass-variance
   cancellation allowance for its evaluation, then the division (and the square root's two-sided
-  concavity for std);
+  concavity for std, or -- whichever is smaller -- std's own Lipschitz bound
+  ``||e||_2 / sqrt(dof)``, std being a scaled norm of the centred vector); a correction is kept
+  only where the reduced count leaves degrees of freedom (``_finalize_var``);
 * logsumexp / logcumsumexp: 1-Lipschitz in the max norm; the dtype rounding of ``x - max`` and
   of the exponentials, the sum, the log and the final add (logcumsumexp: one log-add-exp
   rounding per combine, any association);
@@ -303,7 +305,15 @@ def var_error(o: er.Operands) -> tuple[Any, Any]:
 
 def std_error(o: er.Operands) -> tuple[Any, Any]:
     """The variance's error through the square root, both sides (concave: the downward side
-    is larger until the interval reaches 0), then the root's own rounding."""
+    is larger until the interval reaches 0), then the root's own rounding.
+
+    The propagated part is also at most ``||e||_2 / sqrt(dof)``: ``std = ||P x||_2 /
+    sqrt(dof)`` with ``P`` the centring projection, so by the reverse triangle inequality
+    ``|std(x + d) - std(x)| <= ||P d||_2 / sqrt(dof) <= ||d||_2 / sqrt(dof)`` -- the upward side
+    of the variance route, without its downward side's loss (which matters where a few inputs
+    are very uncertain, e.g. behind a ``remainder`` that may wrap); the computed variance's
+    error ``c`` then passes through the root at the perturbed value.  The smaller of the two
+    routes holds."""
     dims, keep, _, s, (prop_s, comp_s), dof = _centred(o)
     if dof <= 0:
         inf = np.full(s.shape, _INF)
@@ -316,8 +326,16 @@ def std_error(o: er.Operands) -> tuple[Any, Any]:
     def spread(w: np.ndarray) -> np.ndarray:
         return np.maximum(np.sqrt(v + w) - root, root - np.sqrt(np.maximum(v - w, 0.0)))
 
-    prop = spread(p)
-    total = spread(p + c)
+    e = o.es[0]
+    lipschitz = np.sqrt(np.sum(e * e, axis=dims, keepdims=True) / dof)
+    prop = np.minimum(spread(p), lipschitz)
+    # the computed variance at the perturbed input is off by at most c; through the root that
+    # moves std by at most sqrt(a) - sqrt(a - c) at the smallest perturbed variance ``a`` (the
+    # root's downward spread shrinks as its argument grows past c; sqrt(c) is its maximum)
+    a = np.maximum(root - lipschitz, 0.0) ** 2
+    via_lipschitz = lipschitz + np.where(a >= c, np.sqrt(a) - np.sqrt(np.maximum(a - c, 0.0)),
+                                         np.sqrt(c))
+    total = np.minimum(spread(p + c), via_lipschitz)
     comp = np.maximum(total - prop, 0.0) + 2 * U32 * (root + total)
     return _keep(prop, dims, keep), _keep(comp, dims, keep)
 
@@ -739,7 +757,7 @@ def interval_var(attrs: dict, ivals: Sequence[iv.Interval], in_shapes: Any, out_
     lo, hi = ivals[0]
     n = _reduced_count(attrs, in_shapes[0])
     dof = n - int(attrs["correction"])
-    if dof <= 0:
+    if dof <= 0:  # a NaN result (0/0): never generated (_finalize_var), only from a file
         return (0.0, _INF)
     return (0.0, (hi - lo) ** 2 / 4 * n / dof)
 
@@ -1024,6 +1042,17 @@ def _attrs_var(ch, ranks):
     return out
 
 
+def _finalize_var(attrs: dict, in_shapes: Sequence[Sequence[int]], out_shape: Sequence[int],
+                  chooser: Any) -> dict:
+    """var / std's correction once the reduced count ``n`` is solved: Bessel's correction
+    needs ``n >= 2`` -- over one element (a size-1 dim, a 0-d input) ``n - 1 = 0`` degrees of
+    freedom make the result NaN (0/0), which is no value to test a compiler on and no finite
+    range for the guards (:func:`interval_var`), so there the population form (correction 0:
+    exactly 0) is used instead.  No draw: the stream of the chooser is unchanged."""
+    n = _reduced_count(attrs, in_shapes[0])
+    return {"correction": int(attrs["correction"]) if n - int(attrs["correction"]) > 0 else 0}
+
+
 _NORM_PS = (1.0, 2.0, math.inf)
 
 
@@ -1190,11 +1219,13 @@ RECORDS: list[OpSpec] = [
     _spec("var", 1, "reduction", attrs=_attrs_var,
           **dict(_REDUCE, attributes={"dim": _DIMS, "correction": Attr("int", 0, 1),
                                       "keepdim": _BOOL}),
-          error=var_error, interval=interval_var, partial=partial_squares_reduced, fn=var),
+          finalize=_finalize_var, error=var_error, interval=interval_var,
+          partial=partial_squares_reduced, fn=var),
     _spec("std", 1, "reduction", attrs=_attrs_var,
           **dict(_REDUCE, attributes={"dim": _DIMS, "correction": Attr("int", 0, 1),
                                       "keepdim": _BOOL}),
-          error=std_error, interval=interval_std, partial=partial_squares_reduced, fn=std),
+          finalize=_finalize_var, error=std_error, interval=interval_std,
+          partial=partial_squares_reduced, fn=std),
     _spec("logsumexp", 1, "reduction", attrs=_attrs_reduce, **_REDUCE, error=logsumexp_error,
           interval=interval_lse, fn=logsumexp),
     _spec("nansum", 1, "reduction", attrs=_attrs_reduce, **_REDUCE, error=nansum_error,

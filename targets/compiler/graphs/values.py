@@ -20,7 +20,12 @@ Shares (per case, :func:`value_plan`; ``tests/test_graphs.py`` measures them):
   ``repeated``), so inputs share values and comparisons between them tie;
 * in a special case one input (drawn) is of kind ``special`` (NaN and +-Inf among finite
   values: :data:`fuzzkit.values.KINDS`), the others draw their kind from
-  :data:`SPECIAL_KINDS`, where ``special`` and ``huge`` weigh more.
+  :data:`SPECIAL_KINDS`, where ``special`` and ``huge`` weigh more.  The forced input is drawn
+  among the inputs that reach a comparing op (:data:`COMPARING`, :func:`compared_inputs`) when
+  the graph has one, and every such input holds at least one NaN (:func:`with_nan`; without
+  one the forced input does): with 173 ops many inputs of a graph never reach its
+  comparisons, and a NaN placed elsewhere left the NaN-at-a-comparison share
+  (``tests/test_compiler.py`` states it) to the chance of the draws.
 
 Every array is float32 holding values exactly representable in the case dtype
 (:func:`fuzzkit.values.round_to`, round to nearest even; :func:`round_to_dtype` is the same
@@ -42,6 +47,9 @@ __all__ = [
     "ordinary_domain",
     "special_domain",
     "value_plan",
+    "compared_inputs",
+    "with_nan",
+    "COMPARING",
     "draw_values",
     "make_array",
     "random_values",
@@ -61,6 +69,15 @@ round_to_dtype = fv.round_to
 TIE_SHARE = 0.25
 _TIE_KINDS = ("ints", "repeated")
 
+#: Ops whose result depends on an order decision between values (a tie or a NaN there is
+#: where a compiler's ``>`` vs ``>=`` or its NaN propagation shows): the forced special input
+#: of a special case is drawn among the inputs that reach one of them.
+COMPARING = frozenset(
+    ("maximum", "minimum", "where_gt", "gt", "ge", "lt", "le", "eq", "ne", "clamp",
+     "clamp_tensor", "relu", "amax", "amin", "argmax", "argmin", "max_dim_values",
+     "min_dim_values", "where", "masked_fill")
+)
+
 #: Kind weights of an ordinary input (every finite kind, weights of fuzzkit.values).
 ORDINARY_KINDS: tuple[tuple[str, int], ...] = tuple((k, w) for k, w in fv.KINDS if k != "special")
 #: Kind weights of the inputs of a special case besides the one forced to ``special``.
@@ -79,12 +96,29 @@ def special_domain(dtype: str) -> fv.Domain:
     return fv.Domain(dtype, nan=True, inf=True)
 
 
-def value_plan(draw: Callable[[Any], Any], n_inputs: int, special: bool) -> list[str | None]:
-    """The value kind of each input (None: drawn per input from the domain's weights)."""
+def compared_inputs(graph: dict) -> list[int]:
+    """Indices of the graph inputs from which some :data:`COMPARING` node is reachable."""
+    index = {i["name"]: k for k, i in enumerate(graph["inputs"])}
+    reach: dict[str, set[int]] = {name: {k} for name, k in index.items()}
+    out: set[int] = set()
+    for n in graph["nodes"]:
+        mine = set().union(*(reach.get(a, set()) for a in n["args"]))
+        reach[n["name"]] = mine
+        if n["op"] in COMPARING:
+            out |= mine
+    return sorted(out)
+
+
+def value_plan(draw: Callable[[Any], Any], n_inputs: int, special: bool,
+               prefer: Sequence[int] = ()) -> list[str | None]:
+    """The value kind of each input (None: drawn per input from the domain's weights);
+    ``prefer``: the inputs the forced special one of a special case is drawn from (default:
+    any)."""
     from hypothesis import strategies as st
 
     if special:
-        forced = draw(st.integers(0, n_inputs - 1))
+        among = [k for k in prefer if 0 <= k < n_inputs] or list(range(n_inputs))
+        forced = among[draw(st.integers(0, len(among) - 1))]
         return [
             ("special" if i == forced else str(fv.choose(draw, SPECIAL_KINDS)))
             for i in range(n_inputs)
@@ -111,11 +145,30 @@ def draw_values(
     if dtype not in DTYPES:
         raise ValueError(f"unknown dtype {dtype!r}")
     domain = special_domain(dtype) if special else ordinary_domain(dtype)
-    plan = value_plan(draw, len(graph["inputs"]), special)
+    prefer = compared_inputs(graph)
+    plan = value_plan(draw, len(graph["inputs"]), special, prefer)
+    # special: every input that reaches a comparison holds a NaN (else the forced one does)
+    nan_at = set(prefer) or {k for k, kind in enumerate(plan) if kind == "special"}
     out = []
-    for inp, kind in zip(graph["inputs"], plan):
-        a = fv.array(draw, inp["shape"], domain, kind)
-        out.append(_clip(np.asarray(a, dtype=np.float32), domain))
+    for k, (inp, kind) in enumerate(zip(graph["inputs"], plan)):
+        a = _clip(np.asarray(fv.array(draw, inp["shape"], domain, kind), dtype=np.float32),
+                  domain)
+        if special and k in nan_at:
+            a = with_nan(draw, a)
+        out.append(a)
+    return out
+
+
+def with_nan(draw: Callable[[Any], Any], a: np.ndarray) -> np.ndarray:
+    """``a`` with a NaN at a drawn element unless it holds one (``fuzzkit.values``' special
+    kind masks 5% of the elements in some arrays, and picks NaN for a third of them: a small
+    input often had none)."""
+    from hypothesis import strategies as st
+
+    if a.size == 0 or np.isnan(a).any():
+        return a
+    out = np.array(a, dtype=np.float32, copy=True)
+    out.reshape(-1)[draw(st.integers(0, a.size - 1))] = np.nan
     return out
 
 
