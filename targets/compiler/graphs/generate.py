@@ -130,28 +130,6 @@ def value_intervals(
 COMPARE_OPS = tuple(n for n, s in OPS.items() if s.compares)
 
 
-class _Probe(Chooser):
-    """A chooser that draws nothing (always the first option): asks an op's ``sample_attrs``
-    whether it takes some ranks without spending (or perturbing) the real chooser's draws."""
-
-    def integers(self, lo: int, hi: int) -> int:
-        return lo
-
-    def choice(self, seq: Sequence[Any]) -> Any:
-        return seq[0]
-
-    def boolean(self) -> bool:
-        return False
-
-
-def _accepts_ranks(spec: Any, ranks: list[int]) -> bool:
-    """Whether op ``spec`` draws attrs for operands of ``ranks`` (asked with :class:`_Probe`)."""
-    try:
-        return spec.sample_attrs(_Probe(), ranks) is not None
-    except (IndexError, ValueError, KeyError, TypeError):  # a rank the sampler cannot index
-        return False
-
-
 def _takes_floats(name: str) -> bool:
     """Whether op ``name`` takes float32 operands (the rules of the reducing ops below)."""
     try:
@@ -384,38 +362,6 @@ class _Gen:
             operand = len(self.values) - 1 if k % 2 == 0 else self.n_inputs - 1
             self.try_op(op, operand)
 
-    def _by_rank(self, op: str, idx: list[int], keep_first: bool) -> list[int] | None:
-        """Operands of ranks ``op`` takes (its ``sample_attrs`` asked with a probe chooser that
-        draws nothing, so a Hypothesis draw sequence is not disturbed by the asking): a drawn
-        rank combination of the values present, the newest values of each rank preferred and
-        of ``idx``'s dtypes where there are such (so :meth:`_fit_dtypes` keeps them); ``idx[0]``
-        kept if ``keep_first``.  None: no combination of present ranks fits.
-
-        Why: operands are drawn without regard to rank, and an op like matmul (two matrices)
-        or sdpa (three rank-3/4 tensors of one rank) then almost never finds its ranks --
-        issue 23 measured matmul, bmm, addmm and sdpa never drawn in 300 cases."""
-        spec = OPS[op]
-        ranks_of = [len(v[1]) for v in self.values]
-        present = sorted(set(ranks_of))
-        have = [ranks_of[i] for i in idx]
-        combos = [
-            c
-            for c in itertools.product(present, repeat=len(idx))
-            if (not keep_first or c[0] == have[0]) and _accepts_ranks(spec, list(c))
-        ]
-        if not combos:
-            return None
-        combo = combos[self.ch.integers(0, len(combos) - 1)]
-        out = list(idx)
-        for j, want in enumerate(combo):
-            if (keep_first and j == 0) or ranks_of[out[j]] == want:
-                continue
-            dt = self.dtypes[idx[j]]
-            cands = [i for i, r in enumerate(ranks_of) if r == want and self.dtypes[i] == dt]
-            cands = cands or [i for i, r in enumerate(ranks_of) if r == want]
-            out[j] = cands[len(cands) - 1 - self.ch.integers(0, min(len(cands), 3) - 1)]
-        return out
-
     def _fit_dtypes(self, op: str, idx: list[int], attrs: dict, keep_first: bool
                     ) -> list[int] | None:
         """Operands of ``op`` whose dtypes its rule takes: ``idx`` if it does, else operands of
@@ -491,15 +437,6 @@ class _Gen:
         shapes = [self.values[i][1] for i in idx]
         ranks = [len(s) for s in shapes]
         attrs = dict(given) if given is not None else spec.sample_attrs(ch, ranks)
-        if attrs is None and given is None:
-            # ops with rank constraints (matmul 2-2, bmm 3-3, sdpa 3/4 thrice, addmm): operands of
-            # ranks it takes instead of giving up, else such ops are almost never drawn
-            ranked = self._by_rank(op, idx, keep_first=operand is not None)
-            if ranked is None:
-                return False
-            idx = ranked
-            shapes = [self.values[i][1] for i in idx]
-            attrs = spec.sample_attrs(ch, [len(s) for s in shapes])
         if attrs is None:
             return False
         fitted = self._fit_dtypes(op, idx, attrs, keep_first=operand is not None)

@@ -1219,7 +1219,7 @@ RECORDS: list[OpSpec] = [
             attrs=_one_of(weight=_WEIGHTS), attributes={"weight": _SMALL},
             partial=_partial_difference),
     # -- ternary
-    _binary("lerp", lerp, error=_lerp, interval=_iv_lerp, arity=3,
+    _binary("lerp", lerp, error=_lerp, interval=_iv_lerp, arity=3, dtype_rule=same_float_rule,
             partial=_partial_difference),
     _binary("addcmul", addcmul, error=_addcmul, interval=_iv_addcmul, arity=3,
             attrs=_one_of(value=_VALUES), attributes={"value": _SMALL},

@@ -894,12 +894,32 @@ def _infer_baddbmm(shapes, attrs):
     return out
 
 
+def _linear_bias_targets(x: Sequence[Any], n: Any) -> list[list[Any]]:
+    """The shapes linear's bias must broadcast to, each (torch 2.x CPU, checked on real
+    tensors -- meta tensors accept more, e.g. a 3-d bias for a 3-d input, so they are no
+    guide here).  The output ``[*x[:-1], n]`` always (the bias is added to it, in place on
+    the matmul path, so it may not grow it); for an input of rank >= 3 also the flattened
+    ``[prod(x[:-1]), n]``, since a contiguous input (a 3-d one, or any with a 1-d bias) is
+    run as ``addmm(bias, x.reshape(-1, k), w.t())``.  Which path torch takes depends on the
+    input's layout (a case may draw a non-contiguous one), so a bias is accepted only where
+    every path takes it: rank <= 2 and broadcast to both (a ``[2, 1]`` bias for x
+    ``[2, 2, k]`` broadcasts to the output ``[2, 2, n]`` but not to ``[4, n]``)."""
+    out = list(x[:-1]) + [n]
+    if len(x) < 3:
+        return [out]
+    return [out, [math.prod(x[:-1]), n]]
+
+
 def _rule_linear(shapes, attrs):
     x, w, bias = shapes
     out = list(x[:-1]) + [w[0]]
-    if len(bias) > len(out):
+    targets = _linear_bias_targets(x, w[0])
+    if any(len(bias) > len(t) for t in targets):
         return [z3.BoolVal(False, Z3_STATE["ctx"])], out
-    return [x[-1] == w[1]] + _bias_cons(bias, out), out
+    cons = [x[-1] == w[1]]
+    for t in targets:
+        cons += _bias_cons(bias, t)
+    return cons, out
 
 
 def _infer_linear(shapes, attrs):
@@ -907,8 +927,9 @@ def _infer_linear(shapes, attrs):
     if not 1 <= len(x) or len(w) != 2 or x[-1] != w[1]:
         raise SpecError(f"linear needs [..., k] x [n, k], got {list(x)} x {list(w)}")
     out = list(x[:-1]) + [w[0]]
-    if not _bias_ok(bias, out):
-        raise SpecError(f"linear's bias {list(bias)} does not broadcast to {out}")
+    for t in _linear_bias_targets(x, w[0]):
+        if not _bias_ok(bias, t):
+            raise SpecError(f"linear's bias {list(bias)} does not broadcast to {t}")
     return out
 
 
@@ -1125,8 +1146,8 @@ def _attrs_scaled(ranks_ok: Callable[[Sequence[int]], bool]) -> Callable[..., di
 
 def _attrs_linear(ch, ranks):
     """x of any rank from 1, W a matrix, a bias that may broadcast (at most the output's
-    rank: linear is ``x @ W^T + bias``)."""
-    return {} if ranks[0] >= 1 and ranks[1] == 2 and ranks[2] <= ranks[0] else None
+    rank and at most 2: :func:`_linear_bias_targets`)."""
+    return {} if ranks[0] >= 1 and ranks[1] == 2 and ranks[2] <= min(ranks[0], 2) else None
 
 
 def _attrs_einsum(ch, ranks):
