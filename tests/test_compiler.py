@@ -4,6 +4,9 @@ one torch.compile smoke check."""
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -155,6 +158,41 @@ def test_inductor_smoke() -> None:
 
     assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == inductor.cache_dir()
     assert str(os.getpid()) in inductor.cache_dir()
+
+
+def test_cpp_driver_maps_a_c_driver_to_its_cpp_sibling(monkeypatch) -> None:
+    from fuzzkit.targets.compiler import inductor
+
+    installed = {"g++", "/usr/bin/g++", "c++", "clang++-14", "x86_64-linux-gnu-g++-12"}
+    monkeypatch.setattr(inductor.shutil, "which", lambda name: name if name in installed else None)
+    assert inductor.cpp_driver("gcc") == "g++"
+    assert inductor.cpp_driver("/usr/bin/gcc") == "/usr/bin/g++"
+    assert inductor.cpp_driver("cc") == "c++"
+    assert inductor.cpp_driver("clang-14") == "clang++-14"
+    assert inductor.cpp_driver("x86_64-linux-gnu-gcc-12") == "x86_64-linux-gnu-g++-12"
+    assert inductor.cpp_driver("clang") == "clang"  # no clang++ installed: left as it is
+    for cpp in ("g++", "clang++", "/opt/bin/icpx", "ccache"):
+        assert inductor.cpp_driver(cpp) == cpp
+
+
+@pytest.mark.skipif(not (shutil.which("gcc") and shutil.which("g++")), reason="needs gcc and g++")
+def test_inductor_builds_loadable_kernels_when_cxx_names_a_c_driver(tmp_path) -> None:
+    """``CXX=gcc`` (a CI image's setting) linked Inductor's kernels without libstdc++: a kernel
+    whose bindings build an error message (integer-division check) failed to load with an
+    undefined ``basic_ostringstream`` symbol, and every such graph was a false alarm."""
+    script = (
+        "import torch\n"
+        "from fuzzkit.targets.compiler import inductor\n"
+        "inductor.configure()\n"
+        "f = torch.compile(lambda a, b: torch.floor_divide(a, b), backend='inductor')\n"
+        "print(f(torch.tensor([7.0, -7.0]), torch.tensor([2.0, 2.0])).tolist())\n"
+    )
+    env = dict(os.environ, CXX="gcc", OMP_NUM_THREADS="1",
+               TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "cache"))
+    run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                         text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.strip().splitlines()[-1] == "[3.0, -4.0]"
 
 
 def test_inductor_reuses_a_compiled_graph_only_for_value_only_variants() -> None:

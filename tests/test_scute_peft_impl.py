@@ -5,6 +5,7 @@ PEFT mutant caught by fuzzing from scratch, and a short clean fuzzing run."""
 from __future__ import annotations
 
 import copy
+import os
 from typing import Any
 
 import numpy as np
@@ -57,6 +58,18 @@ def test_rslora_and_both_cayley_branches() -> None:
     for terms in (1, 2, 3, 5):
         case["adapters"][2].update(cayley="neumann", neumann_terms=terms)
         assert _judge(case) is None, terms
+
+
+def test_a_boft_layer_leaves_the_process_environment_alone(monkeypatch) -> None:
+    """PEFT's BOFT tries to build a CUDA extension under ``CC=gcc CXX=gcc`` and, when that
+    fails (no CUDA), never restores them: Inductor's kernels built later in the process (and
+    in its children) then linked without libstdc++ and failed to load."""
+    monkeypatch.delenv("CXX", raising=False)
+    monkeypatch.delenv("CC", raising=False)
+    before = dict(os.environ)
+    case = _supported(5, "float32", ["boft"])
+    peft_impl.run(copy.deepcopy(case))
+    assert dict(os.environ) == before
 
 
 def test_unsupported_cases_are_declared_not_passed() -> None:

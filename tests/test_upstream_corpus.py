@@ -16,13 +16,20 @@ from pathlib import Path
 import pytest
 
 from fuzzkit.case import load
+from fuzzkit.targets.compiler.inductor import cpp_driver
 
 ROOT = Path(__file__).resolve().parent.parent
 ENTRIES = sorted(p for p in ROOT.glob("corpus/*/upstream/*") if p.is_dir())
 
 
 def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``args`` in a clean child: its own Inductor cache (not this worker's, which the target
+    exported) and a C++ compiler driver where ``CXX`` names a C one (a standalone repro is
+    torch-only and takes ``CXX`` as it is; see ``inductor.cpp_driver``)."""
     env = dict(os.environ, OMP_NUM_THREADS="1", TRITON_INTERPRET="1")
+    env.pop("TORCHINDUCTOR_CACHE_DIR", None)
+    if "CXX" in env:
+        env["CXX"] = cpp_driver(env["CXX"])
     return subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
 
 

@@ -27,11 +27,19 @@ after the other, so what a single compile costs *around* the graph matters as mu
   directory; that probe alone runs in a directory shared by this user's processes, where its
   products are keyed by compiler version, ISA flags and torch version (Inductor's own
   fingerprint), so later processes only re-load them.  The answer is still Inductor's own.
+* **A C++ compiler driver** (:func:`cpp_driver`): Inductor compiles with whatever ``CXX`` names.
+  A C driver there (``CXX=gcc``, ``cc``, ``clang``: set by some CI images) compiles the C++ but
+  links without libstdc++, and the kernels whose Python bindings build an error message then
+  fail to load (``undefined symbol: _ZTTNSt7__cxx1119basic_ostringstream...``) -- on such a
+  machine every integer-division or indexing graph was an ``error-class:ImportError`` false
+  alarm.  The same toolchain's C++ driver is used instead where it exists.
 """
 
 from __future__ import annotations
 
 import os
+import re
+import shutil
 import tempfile
 from typing import Any, Callable, Hashable, Mapping, Sequence
 
@@ -94,9 +102,27 @@ def probe_vector_isas() -> None:
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = own
 
 
+#: A C compiler driver's name (with a target prefix and a version suffix, as Debian installs
+#: them: ``x86_64-linux-gnu-gcc-12``) and the C++ driver of the same toolchain.
+_C_DRIVER = re.compile(r"(?P<prefix>.*?)(?P<driver>gcc|clang|cc)(?P<suffix>-[0-9.]+)?")
+_CPP_OF_C = {"gcc": "g++", "clang": "clang++", "cc": "c++"}
+
+
+def cpp_driver(compiler: str) -> str:
+    """The C++ driver to use for ``compiler``: itself, unless it is a C driver whose C++
+    sibling (same directory, target prefix and version) is installed."""
+    directory, name = os.path.split(compiler)
+    match = _C_DRIVER.fullmatch(name)
+    if match is None:
+        return compiler
+    sibling = match["prefix"] + _CPP_OF_C[match["driver"]] + (match["suffix"] or "")
+    candidate = os.path.join(directory, sibling)
+    return candidate if shutil.which(candidate) else compiler
+
+
 def configure() -> None:
     """Once per process: the cache directory, a single compile thread (no worker pool) unless
-    the environment asks for more, and the vector-ISA probe."""
+    the environment asks for more, a C++ compiler driver, and the vector-ISA probe."""
     if _CONFIGURED == [os.getpid()]:
         return
     cache_dir()
@@ -104,6 +130,11 @@ def configure() -> None:
 
     if "TORCHINDUCTOR_COMPILE_THREADS" not in os.environ:
         inductor_config.compile_threads = 1
+    compilers = inductor_config.cpp.cxx
+    if isinstance(compilers, (tuple, list)):
+        inductor_config.cpp.cxx = tuple(c and cpp_driver(c) for c in compilers)  # type: ignore[assignment]
+    elif isinstance(compilers, str):
+        inductor_config.cpp.cxx = cpp_driver(compilers)  # type: ignore[assignment]
     probe_vector_isas()
     _CONFIGURED[:] = [os.getpid()]
 

@@ -36,9 +36,11 @@ token subsets -- stay inside the declared range.)
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import os
 import warnings
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 import numpy as np
 
@@ -296,6 +298,25 @@ def _load(lin: Any, adapter: Mapping[str, Any], k: int, nout: int, to: Any) -> N
             lin.ia3_l["default"].copy_(to(adapter["l"]).reshape(shape))
 
 
+@contextlib.contextmanager
+def _environment_kept() -> Iterator[None]:
+    """Put ``os.environ`` back as it was.  PEFT's BOFT layer tries to build its CUDA extension
+    inside its own ``patch_environment(CC="gcc", CXX="gcc")``, which restores nothing when the
+    build raises (no ``finally``): on a machine without CUDA every BOFT model left ``CXX=gcc``
+    in the process, and every later compiler -- Inductor's C++ kernels in the same process and
+    in every child it starts -- linked without libstdc++ (undefined ``basic_ostringstream``
+    symbols: false alarms of the compiler target, in the test suite and in mixed campaigns)."""
+    saved = dict(os.environ)
+    try:
+        yield
+    finally:
+        for key in set(os.environ) - set(saved):
+            del os.environ[key]
+        for key, value in saved.items():
+            if os.environ.get(key) != value:
+                os.environ[key] = value
+
+
 def build(adapter: Mapping[str, Any] | None, w0: np.ndarray, b0: np.ndarray,
           dtype: Any = None) -> Any:
     """A callable ``x -> y`` running ``adapter`` (None or identity: the bare base layer) through
@@ -319,7 +340,7 @@ def build(adapter: Mapping[str, Any] | None, w0: np.ndarray, b0: np.ndarray,
     import peft
 
     config, big = _config(adapter, k, nout)
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), _environment_kept():
         warnings.simplefilter("ignore")  # PEFT warns about fbd_cuda, ranks, dropout, ...
         model = peft.get_peft_model(_Net.make(k, nout, big), config)
     model = model.to(dtype)
