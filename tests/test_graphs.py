@@ -3,6 +3,7 @@ values, bounds."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import time
@@ -381,16 +382,36 @@ def test_within_bound_is_the_oracles_rule():
         assert not _within_bound(actual, ref, b)[k], k
 
 
+def _hooked_unjudged(g, ref, dt, bd):
+    """Per node, the elements that a record's ``undefined`` hook (implementation-defined
+    results: rms_norm with eps 0 over a row whose mean square flushes, a NaN cast to int, ...)
+    leaves unjudged, with everything downstream: NaN bounds that the same bounds computed
+    without any hook do not have."""
+    from unittest import mock
+
+    plain_ops = {name: dataclasses.replace(spec, undefined=None)
+                 for name, spec in bound.OPS.items()}
+    with mock.patch.dict(bound.OPS, plain_ops):
+        plain = bound.error_bounds(g, ref, dt)
+    return {k: np.isnan(bd[k]) & ~np.isnan(plain[k]) for k in bd}
+
+
 def test_bound_sound_for_eager_low_precision():
-    """~200 graphs x 3 dtypes: eager (rounds after every op) never leaves the bound; a doubled
-    result is always flagged; the bound is informative (finite, < |y|) at most nodes."""
+    """~200 graphs x 3 dtypes: eager (rounds after every op) never leaves the bound, except
+    where a record's ``undefined`` hook says no result is wrong there; a doubled result is
+    always flagged; the bound is informative (finite, < |y|) at most nodes."""
     violations = []
     doubled_missed = 0
     informative = total = 0
     for g, dt, ref, eag, bd in _bound_runs(200, seed=11):
+        hooked = None
         for n in g["nodes"]:
             k = n["name"]
-            if not _within_bound(eag[k], ref[k], bd[k]).all():
+            within = _within_bound(eag[k], ref[k], bd[k])
+            if not within.all():
+                hooked = hooked if hooked is not None else _hooked_unjudged(g, ref, dt, bd)
+                within = within | hooked[k]
+            if not within.all():
                 violations.append((dt, n["op"], k))
         for o in g["outputs"]:
             y, b = ref[o], bd[o]

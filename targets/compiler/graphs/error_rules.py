@@ -389,13 +389,59 @@ def _flag(uncertain: Any, o: Operands) -> tuple[Any, Any]:
     return np.where(np.broadcast_to(uncertain, o.y.shape), 1.0, 0.0), _zeros(o)
 
 
+#: Unit roundoff of the float dtypes a comparison may promote an int or bool operand to.
+_FLOAT_ROUNDOFF = {"float32": U32, "float16": 2.0**-11, "bfloat16": 2.0**-8}
+
+
+def _promoted(names: tuple[str, ...]) -> str:
+    """torch's type promotion of tensors of these value dtypes (int64 with bfloat16: bfloat16)."""
+    out = getattr(torch, names[0])
+    for n in names[1:]:
+        out = torch.promote_types(out, getattr(torch, n))
+    return str(out).replace("torch.", "")
+
+
+def _promotion_error(x: np.ndarray, e: np.ndarray, dtype: str) -> np.ndarray:
+    """How far an int / bool operand (reference ``x``, error ``e``) may move when a comparison
+    promotes it to the float ``dtype``: torch converts it first (``int64 > bfloat16`` compares
+    in bfloat16: 257 becomes 256), the float64 reference does not.  0 where the value is
+    certainly one of the dtype (``e == 0`` and representable: exact ties stay strict); else
+    one ulp of ``|x| + e`` (``2 u (|x| + e)``: either neighbour, whatever the rounding mode or
+    a double rounding through float32), or the rounding's own distance past the dtype's range
+    (inf: a float16 overflow).  An evaluation that compares without the rounding (a float32
+    or exact compare) lies inside that interval too."""
+    from fuzzkit.values import round_to
+
+    with np.errstate(all="ignore"):
+        top = np.abs(x) + e
+        exact = (e == 0) & (np.asarray(round_to(x, dtype), np.float64) == x)
+        past = np.abs(np.asarray(round_to(top, dtype), np.float64) - top)
+        step = np.maximum(2 * _FLOAT_ROUNDOFF[dtype] * top, past)
+    return np.where(exact, 0.0, step)
+
+
 def decided(o: Operands) -> np.ndarray:
     """Where a comparison of the first two operands comes out as in the reference: both
     operands exact (a tie is a tie: ``>`` evaluated as ``>=`` is caught there), their error
-    intervals separated, or one value compared with itself."""
+    intervals separated, or one value compared with itself (``gt``, ``lt``: always; the
+    others where its error is finite, so that it cannot be NaN).  An int or bool operand against a
+    float one is first rounded to the promoted float dtype (:func:`_promotion_error`): that
+    rounding is part of its error, so an int the dtype cannot hold is never exact there."""
     (a, b), (ea, eb) = o.xs[:2], o.es[:2]
     if o.same_operands:
-        return np.ones(o.y.shape, dtype=bool)
+        # ``a > a`` and ``a < a`` are false in every evaluation, NaN included; ``a == a``,
+        # ``>=``, ``<=`` and ``!=`` flip where an evaluation may be NaN at a finite reference
+        # (an infinite bound: ``0 / 0`` reachable), so only a finite error decides them
+        if getattr(o.fn, "__name__", "") in ("gt", "lt"):
+            return np.ones(o.y.shape, dtype=bool)
+        return np.broadcast_to(np.isfinite(ea), o.y.shape)
+    if len(o.in_dtypes) >= 2:
+        promoted = _promoted(tuple(o.in_dtypes[:2]))
+        if promoted in _FLOAT_ROUNDOFF:
+            if o.in_dtypes[0] in _INTEGRAL:
+                ea = ea + _promotion_error(a, ea, promoted)
+            if o.in_dtypes[1] in _INTEGRAL:
+                eb = eb + _promotion_error(b, eb, promoted)
     with np.errstate(invalid="ignore"):
         separated = np.abs(a - b) > ea + eb  # NaN (inf - inf, NaN operands): not separated
     return np.broadcast_to(((ea == 0) & (eb == 0)) | separated, o.y.shape)

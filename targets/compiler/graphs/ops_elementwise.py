@@ -37,10 +37,12 @@ Why the bounds are sound (the model is :mod:`.bound`'s, ``e_y = prop + comp + ro
   float32 (``0.01``, ``pi / 180``) are one more float32 rounding.  Comparisons with an attribute
   (threshold, hardshrink) widen the undecided zone by the attribute's rounding to the dtype,
   in case a kernel compares with the rounded constant.
-* **overflow of partial results**: addcmul's product, addcdiv's quotient, lerp's difference and
-  floor_divide's ``a - fmod(a, b)`` may overflow float32 where the result does not; their
-  partial-magnitude rules (:func:`_partial_product` ...) let :mod:`.bound` leave those elements
-  unjudged.
+* **overflow of partial results**: addcmul's product, addcdiv's quotient (and both ops'
+  ``value * t1``, eager's first step), lerp's difference, round's ``x * 10^d``, the quotient
+  ``a / b`` of fmod, remainder and floor_divide (vectorized Sleef ``fmod`` returns NaN where it
+  overflows) and floor_divide's ``a - fmod(a, b)`` may overflow float32 where the result does
+  not; their partial-magnitude rules (:func:`_partial_product` ...) let :mod:`.bound` leave
+  those elements unjudged.
 
 Domains: log2, log10, log1p and xlogy's second operand are ``positive``; the divisors of fmod,
 remainder_tensor, floor_divide_tensor and addcdiv are ``nonzero`` (the generator's ``abs`` +
@@ -593,6 +595,16 @@ def _step_rule(fn: Callable[[np.ndarray], np.ndarray]):
     return rule
 
 
+def _partial_round(t: list[torch.Tensor], attrs: dict, fn: Any) -> Any:
+    """round with ``decimals = d > 0``: eager's ``nearbyint(x 10^d) / 10^d`` and Inductor's
+    ``round(x 10^d) (1 / 10^d)`` both form ``|x| 10^d`` first, which overflows float32 (an inf
+    result) for a huge finite ``x`` whose result is ``x``; ``d <= 0`` only scales down."""
+    d = int(attrs["decimals"])
+    if d <= 0:
+        return np.zeros(t[0].shape)
+    return (t[0] * 10.0**d).numpy()
+
+
 def _round(o: Operands) -> tuple[Any, Any]:
     """round half to even of ``x * 10^d``, then scaled back.  ``d = 0``: a step function, exact
     at exact inputs.  ``d != 0``: the float32 product ``x * 10^d`` (or Inductor's ``x * 0.1``)
@@ -813,15 +825,20 @@ def _clamp_tensor(o: Operands) -> tuple[Any, Any]:
 
 
 def _partial_product(t: list[torch.Tensor], attrs: dict, fn: Any) -> Any:
-    """addcmul: the product ``|b c|`` (and ``|v b c|``) before the sum, and the sum."""
-    return (t[0] + t[1] * t[2] * max(1.0, abs(float(attrs["value"])))).numpy()
+    """addcmul: the product ``|b c|`` (and ``|v b c|``) before the sum, and the sum; eager's CPU
+    kernel computes ``(v b) c``, so also ``|v b|``, which overflows first where ``|v| > 1``
+    and ``|c| < 1`` (Inductor's ``v (b c)`` has ``|b c|`` instead)."""
+    v = abs(float(attrs["value"]))
+    return (t[0] + t[1] * t[2] * max(1.0, v) + v * t[1]).numpy()
 
 
 def _partial_quotient(t: list[torch.Tensor], attrs: dict, fn: Any) -> Any:
     """addcdiv: the quotient ``|b / c|`` (and ``|v b / c|``) before the sum, and the sum (a
-    zero divisor: infinite)."""
+    zero divisor: infinite); eager's CPU kernel computes ``(v b) / c``, so also ``|v b|``
+    (overflows where ``|v| > 1`` even when ``|b / c|`` is small)."""
+    v = abs(float(attrs["value"]))
     q = torch.nan_to_num(t[1] / t[2], nan=math.inf)
-    return (t[0] + q * max(1.0, abs(float(attrs["value"])))).numpy()
+    return (t[0] + q * max(1.0, v) + v * t[1]).numpy()
 
 
 def _partial_difference(t: list[torch.Tensor], attrs: dict, fn: Any) -> Any:
@@ -831,8 +848,11 @@ def _partial_difference(t: list[torch.Tensor], attrs: dict, fn: Any) -> Any:
 
 
 def _partial_quotient_floor(t: list[torch.Tensor], attrs: dict, fn: Any) -> Any:
-    """floor_divide_tensor: ``|a - fmod(a, b)| <= |a| + |b|`` and the quotient ``|a / b| + 1``
-    (a zero divisor: infinite)."""
+    """floor_divide_tensor, fmod, remainder_tensor: ``|a - fmod(a, b)| <= |a| + |b|`` (also
+    Inductor's remainder ``a - floor(a / b) b``) and the quotient ``|a / b| + 1`` (a zero
+    divisor: infinite).  The vectorized CPU ``fmod`` (Sleef, in eager ATen and in Inductor's
+    vectorized kernels; remainder is built on it) returns NaN where ``|a / b|`` passes float32's
+    largest value, although the scalar ``std::fmod`` and the reference are exact there."""
     q = torch.nan_to_num(t[0] / t[1], nan=math.inf)
     return (t[0] + t[1] + q + 1).numpy()
 
@@ -1187,7 +1207,7 @@ RECORDS: list[OpSpec] = [
     _unary("ceil", ceil, error=_step_rule(np.ceil), interval=_sampled(ceil)),
     _unary("trunc", trunc, error=_step_rule(np.trunc), interval=_sampled(trunc)),
     _unary("round", round, error=_round, interval=_iv_round, attrs=_one_of(decimals=_DECIMALS),
-           attributes={"decimals": Attr("int", -3, 3)}),
+           attributes={"decimals": Attr("int", -3, 3)}, partial=_partial_round),
     _unary("frac", frac, error=_frac, interval=_iv_frac),
     _unary("threshold", threshold, error=_threshold, interval=_iv_threshold, selects=True,
            attrs=_one_of(threshold=_BOUNDS, value=_TH_VALUES),
@@ -1204,9 +1224,10 @@ RECORDS: list[OpSpec] = [
     _binary("hypot", hypot, error=_hypot, interval=_iv_hypot),
     _binary("copysign", copysign, error=_copysign, interval=_iv_copysign, selects=True),
     _binary("fmod", fmod, error=_sawtooth(np.trunc, "a"), interval=_iv_fmod,
-            domain="nonzero", positions=(1,)),
+            domain="nonzero", positions=(1,), partial=_partial_quotient_floor),
     _binary("remainder_tensor", remainder_tensor, error=_sawtooth(np.floor, "b"),
-            interval=_iv_remainder, domain="nonzero", positions=(1,)),
+            interval=_iv_remainder, domain="nonzero", positions=(1,),
+            partial=_partial_quotient_floor),
     _binary("floor_divide_tensor", floor_divide_tensor, error=_floor_divide,
             interval=_iv_floor_divide, domain="nonzero", positions=(1,),
             partial=_partial_quotient_floor),
@@ -1215,9 +1236,10 @@ RECORDS: list[OpSpec] = [
     # torch.heaviside refuses operands of two float dtypes (no promotion)
     _binary("heaviside", heaviside, error=_heaviside, interval=_iv_heaviside, selects=True,
             dtype_rule=same_float_rule),
+    # torch.lerp refuses an ``end`` of another dtype than ``start`` (no promotion), as lerp
     _binary("lerp_scalar", lerp_scalar, error=_lerp_scalar, interval=_iv_lerp_scalar,
             attrs=_one_of(weight=_WEIGHTS), attributes={"weight": _SMALL},
-            partial=_partial_difference),
+            partial=_partial_difference, dtype_rule=same_float_rule),
     # -- ternary
     _binary("lerp", lerp, error=_lerp, interval=_iv_lerp, arity=3, dtype_rule=same_float_rule,
             partial=_partial_difference),

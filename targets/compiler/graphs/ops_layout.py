@@ -390,6 +390,14 @@ def _sums(attrs: dict, ivals: Any, in_shapes: Any, out_shape: Any) -> iv.Interva
     return (lo + k * _b.min(blo, 0.0), hi + k * _b.max(bhi, 0.0))
 
 
+def _sums_moved(attrs: dict, ivals: Any, in_shapes: Any, out_shape: Any) -> iv.Interval:
+    """inplace_index_put_moved: as :func:`_sums`, but ``b`` lives in the moved frame
+    ``[rows, *a.movedim(dim, 0).shape[1:]]``, so the values that can reach one destination
+    are ``b``'s rows, ``b.shape[0]`` (``b.shape[dim]`` is an unrelated length there and would
+    under-estimate the sum, hiding an overflow from :mod:`.bound` and the generator's guard)."""
+    return _sums(dict(attrs, dim=0), ivals, in_shapes, out_shape)
+
+
 def _add_then_base(attrs: dict, ivals: Any, in_shapes: Any, out_shape: Any) -> iv.Interval:
     """In-place add on a view of the base: added elements and untouched ones."""
     s = iv.add(attrs, ivals, in_shapes, out_shape)
@@ -1456,7 +1464,7 @@ RECORDS: list[OpSpec] = [
         finalize=_finalize_index_put, infer=_infer_index_put,
         attributes={"index": _INDEX, "accumulate": Attr("bool")}),
     _op("inplace_index_put_moved", 2, "scatter", _rule_index_put_moved, _attrs_index_put_moved,
-        **_SUMS, selects=True, finalize=_finalize_index_put_moved,
+        **dict(_SUMS, interval=_sums_moved), selects=True, finalize=_finalize_index_put_moved,
         infer=_infer_index_put_moved,
         attributes={"dim": _DIM, "index": _INDEX, "accumulate": Attr("bool")}),
     _op("inplace_add_transposed", 2, "inplace", _rule_transposed, _attrs_transposed,

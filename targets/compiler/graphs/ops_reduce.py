@@ -482,6 +482,25 @@ def addmm_error(o: er.Operands) -> tuple[Any, Any]:
                    float(o.attrs["beta"]), float(o.attrs["alpha"]))
 
 
+def addmm_undefined(xs: list[np.ndarray], attrs: Mapping[str, Any], in_dtypes: Any
+                    ) -> np.ndarray:
+    """addmm with ``alpha == 0``: float64 and float32 (BLAS gemm) skip ``A @ B``, Inf and NaN
+    in A or B included (the reference is ``beta C``), while eager float16 / bfloat16 multiply
+    out and give NaN (``0 * inf``) in the rows of A and the columns of B that hold one -- as
+    does a compiled ``beta C + alpha (A @ B)`` in any dtype.  torch disagrees with itself
+    there, so those output elements are unjudged (an infinite bound would still let a bounded
+    op after it, ``tanh``, judge eager's NaN).  Not baddbmm: it multiplies out in every dtype,
+    float64 included, so its reference is NaN there as well."""
+    c, a, b = xs
+    out_shape = np.broadcast_shapes(np.shape(c), (a.shape[0], b.shape[1]))
+    if float(attrs["alpha"]) != 0:
+        return np.zeros(out_shape, dtype=bool)
+    bad_a = (~np.isfinite(a)).astype(np.float64)
+    bad_b = (~np.isfinite(b)).astype(np.float64)
+    hit = (bad_a @ np.ones(b.shape) + np.ones(a.shape) @ bad_b) > 0
+    return np.broadcast_to(hit, out_shape)
+
+
 def _linear_prod(x: np.ndarray, w: np.ndarray) -> np.ndarray:
     return np.matmul(x, np.swapaxes(w, -1, -2))
 
@@ -611,6 +630,39 @@ def rms_norm_error(o: er.Operands) -> tuple[Any, Any]:
     rel = np.where(rel_ms < 0.5, rel_ms / (1 - rel_ms), _INF)
     comp = np.where(den > 0, (o.ay + prop) * (rel + 6 * U32 + 2 * u), _INF)
     return prop, comp
+
+
+#: Below this many smallest float32 normals per averaged element, a row's mean square may
+#: evaluate to 0 in float32 (see :func:`rms_norm_undefined`).
+_RMS_FLUSH_MARGIN = 16
+
+
+def rms_norm_undefined(xs: list[np.ndarray], attrs: Mapping[str, Any], in_dtypes: Any
+                       ) -> np.ndarray:
+    """rms_norm with ``eps`` below float32's smallest normal (0, or an eps a flush-to-zero
+    kernel may drop) on a row whose mean square may evaluate to 0 in float32: ``rsqrt(0)``
+    is inf, so every float32 implementation (eager included, for float32 and bfloat16 inputs)
+    gives +-inf there, NaN at the row's zeros, while the reference is finite.  The whole row is
+    unjudged (an infinite bound would still let a bounded op after it, ``sin``, judge eager's
+    NaN).
+
+    Threshold: a float32 mean square of ``n`` nonnegative terms is 0 only if every term was
+    lost to underflow or flushing -- each square, or each ``x^2 / n``, below :data:`FLUSH`
+    (under ``FLUSH`` lost per term), or the final mean below it; normal partial sums never fall
+    back to 0 -- so only if the evaluated inputs' true mean square is below ``(n + 2) FLUSH``.
+    The hook sees no input errors: for evaluated inputs within ``|x| / 2`` plus a flushed
+    subnormal of the reference's (any input whose bound is not already wide), the reference's
+    mean square is then below ``8 (n + 2) FLUSH``; twice that is the margin.  An ``eps`` of at
+    least ``FLUSH`` is a float32 normal: ``ms + eps >= eps > 0``, nothing to mark."""
+    x = xs[0]
+    eps = float(attrs["eps"])
+    if not eps < FLUSH or x.size == 0:
+        return np.zeros(np.shape(x), dtype=bool)
+    dims = _trailing(attrs, x.ndim)
+    n = math.prod(x.shape[d] for d in dims)
+    with np.errstate(all="ignore"):
+        ms = np.mean(x * x, axis=dims, keepdims=True)
+    return np.broadcast_to(ms < _RMS_FLUSH_MARGIN * (n + 2) * FLUSH, x.shape)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -1282,7 +1334,7 @@ RECORDS: list[OpSpec] = [
           interval=interval_lcse, fn=logcumsumexp),
     _spec("addmm", 3, "matmul", _rule_addmm,
           _attrs_scaled(lambda r: r[0] <= 2 and r[1] == 2 and r[2] == 2), **_AFFINE,
-          infer=_infer_addmm, fn=addmm),
+          infer=_infer_addmm, fn=addmm, undefined=addmm_undefined),
     _spec("baddbmm", 3, "matmul", _rule_baddbmm,
           _attrs_scaled(lambda r: r[0] <= 3 and r[1] == 3 and r[2] == 3), **_AFFINE,
           infer=_infer_baddbmm, fn=baddbmm),
@@ -1299,5 +1351,6 @@ RECORDS: list[OpSpec] = [
           infer=_infer_sdpa, fn=sdpa),
     _spec("rms_norm", 1, "normalization", _rule_same, _attrs_rms, error=rms_norm_error,
           reads=reads_trailing, interval=interval_rms, partial=partial_rms, fusing=None,
-          attributes={"dim": _DIM, "eps": Attr("real", 0, 1)}, infer=_infer_rms, fn=rms_norm),
+          attributes={"dim": _DIM, "eps": Attr("real", 0, 1)}, infer=_infer_rms, fn=rms_norm,
+          undefined=rms_norm_undefined),
 ]
