@@ -50,6 +50,7 @@ def run_mutant(
     seed: int = 0,
     shrink: bool = False,
     confirm: bool = False,
+    max_cases: int | None = None,
 ) -> MutantResult:
     """Fuzz the mutated implementation until the first failure or the budget runs out.
 
@@ -58,7 +59,9 @@ def run_mutant(
     regression case: it passes on the real implementation and fails if the bug comes back).
     ``confirm`` replays the finding in a fresh process with the mutant applied there too: a
     mutant whose bug needs state from earlier cases is reported ``state-dependent``, with the
-    sequence that replays it.
+    sequence that replays it.  ``max_cases`` also stops the run after that many generated
+    cases: a test bounded by cases rather than seconds searches the same cases on a slow or
+    loaded machine as on a fast one.
     """
     impl = target.implementation(mutant.implementation)
     base: dict[str, Any] = dict(
@@ -99,6 +102,7 @@ def run_mutant(
             shrink=shrink,
             max_findings=1,
             confirm=confirmer,
+            max_cases=max_cases,
         )
     finding = result.finding
     if finding is not None:

@@ -257,8 +257,10 @@ REWRITES: tuple[Rewrite, ...] = (
     Rewrite(
         r"compiler_mutant_bisect\.py",
         r"$",
-        " --budget 10 --only maximum-drops-nan",
-        "every compiler mutant for 120 s each; one shows the find-then-bisect path",
+        " --budget 20 --only div-operands-swapped",
+        "every compiler mutant for 120 s each; one shows the find-then-bisect path (at seed 0 "
+        "div-operands-swapped is found in seconds; maximum-drops-nan now takes about a minute "
+        "among 173 ops, and an ATen baddbmm defect can come first)",
     ),
     Rewrite(
         r"bisect_vs_minifier\.py",
