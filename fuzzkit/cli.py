@@ -284,6 +284,13 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="skip the fresh-process confirmation (state-dependent mutants then look reproducible)",
     )
+    p.add_argument(
+        "--known",
+        type=Path,
+        metavar="FILE",
+        help="JSON list of accepted signatures of the implementations' own defects: the "
+        "search goes past them (a finding that fails without the mutant too never counts)",
+    )
     _add_corpus_parser(sub)
     return parser
 
@@ -768,6 +775,7 @@ def cmd_mutants(args: argparse.Namespace) -> int:
         raise UsageError(
             f"--only: no such mutant {', '.join(unknown)} (`fuzzkit list --json` names them)"
         )
+    known = _load_known(args.known)
     results = []
     for target in targets:
         for mutant in target.mutants:
@@ -782,8 +790,11 @@ def cmd_mutants(args: argparse.Namespace) -> int:
                 seed=args.seed,
                 shrink=args.shrink or args.save_regressions is not None,
                 confirm=not args.no_confirm,
+                known=known,
             )
-            if result.finding is not None and args.save_regressions is not None:
+            if result.clean_failure is not None and not args.json:
+                _status(f"{target.name}/{mutant.name}: {result.message}")
+            if result.detected and result.finding is not None and args.save_regressions is not None:
                 corpus.save(result.finding, args.save_regressions, "regressions")
                 if result.sequence is not None:
                     result.sequence.save(
@@ -818,7 +829,15 @@ def cmd_mutants(args: argparse.Namespace) -> int:
                 f"{escape(r.bug_class)}\n[dim]{escape(r.citation)}[/]",
                 detected,
                 f"{r.seconds:.2f}" if r.seconds is not None else "-",
-                escape(r.signature or (r.skipped or "-")),
+                escape(
+                    r.signature
+                    or r.skipped
+                    or (
+                        f"fails without the mutant too: {r.clean_failure}"
+                        if r.clean_failure
+                        else "-"
+                    )
+                ),
                 *(
                     [escape(", ".join(f"{k} {v}" for k, v in (r.minimized or {}).items()))]
                     if args.shrink

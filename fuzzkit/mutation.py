@@ -11,6 +11,7 @@ from typing import Any
 
 from fuzzkit.case import Case
 from fuzzkit.engines.hypothesis import fuzz
+from fuzzkit.runner import check_case
 from fuzzkit.target import Mutant, Target
 
 
@@ -33,6 +34,10 @@ class MutantResult:
     finding: Case | None = dataclasses.field(default=None, repr=False)
     #: For a state-dependent finding: the case sequence that replays it (or None).
     sequence: Any | None = dataclasses.field(default=None, repr=False)
+    #: The signature of the search's finding when it fails on the implementation *without*
+    #: the mutant too: a defect of the implementation itself, so it does not count as the
+    #: mutant detected (accept it with ``known`` to search past it).  None otherwise.
+    clean_failure: str | None = None
 
     def to_json(self) -> dict[str, object]:
         row = dataclasses.asdict(self)
@@ -51,6 +56,7 @@ def run_mutant(
     shrink: bool = False,
     confirm: bool = False,
     max_cases: int | None = None,
+    known: Any | None = None,
 ) -> MutantResult:
     """Fuzz the mutated implementation until the first failure or the budget runs out.
 
@@ -62,6 +68,13 @@ def run_mutant(
     sequence that replays it.  ``max_cases`` also stops the run after that many generated
     cases: a test bounded by cases rather than seconds searches the same cases on a slow or
     loaded machine as on a fast one.
+
+    A mutant counts as detected only when its finding passes on the implementation without the
+    mutant: the search can reach a defect of the implementation itself first (the compiler
+    target's ATen baddbmm defect did, under a comparison mutant), and such a finding says
+    nothing about the mutant -- saved as a regression it would fail on the real code forever.
+    It is reported in ``clean_failure``; ``known`` (a :class:`fuzzkit.known.KnownSignatures`)
+    accepts such signatures so the search goes past them.
     """
     impl = target.implementation(mutant.implementation)
     base: dict[str, Any] = dict(
@@ -103,8 +116,28 @@ def run_mutant(
             max_findings=1,
             confirm=confirmer,
             max_cases=max_cases,
+            known=known,
         )
     finding = result.finding
+    clean_failure = None
+    if finding is not None:
+        clean = check_case(target, impl, finding.inputs).failure
+        if clean is not None:
+            clean_failure = clean.signature
+            note = (
+                f"the finding fails without the mutant too ({clean.signature}): a defect of "
+                f"{impl.name} itself, not the mutant's; accept it with --known to search past it"
+            )
+            return MutantResult(
+                **base,
+                detected=False,
+                seconds=None,
+                signature=None,
+                cases=result.cases,
+                message=note,
+                finding=finding,
+                clean_failure=clean_failure,
+            )
     if finding is not None:
         finding = dataclasses.replace(finding, origin=f"mutant:{mutant.name}")
     failure = finding.failure if finding else None

@@ -79,8 +79,9 @@ def main() -> int:
         if args.only and mutant.name not in args.only:
             continue
         result = run_mutant(target, mutant, budget=args.budget, seed=0)
-        if result.finding is None:
-            print(f"{mutant.name:30} {'-':>8} {'':>5} {'':>5} {'':>9} {'':28} NOT FOUND")
+        if not result.detected or result.finding is None:
+            why = f" ({result.message})" if result.clean_failure else ""
+            print(f"{mutant.name:30} {'-':>8} {'':>5} {'':>5} {'':>9} {'':28} NOT FOUND{why}")
             bad += 1
             continue
         path = result.finding.save(out / mutant.name)
