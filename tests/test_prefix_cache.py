@@ -352,8 +352,8 @@ def test_sglang_mutant_is_found_by_the_fuzzer(sglang: Any, name: str) -> None:
     from fuzzkit.mutation import run_mutant
 
     target = get_target("prefix_cache")
-    result = run_mutant(target, target.mutant(name), budget=30.0, seed=0)
-    assert result.detected, f"{name} escaped a 30 s hunt"
+    result = run_mutant(target, target.mutant(name), budget=900.0, seed=0, max_cases=400)
+    assert result.detected, f"{name} escaped a hunt of 400 cases"  # the slowest needs 50
 
 
 def test_short_clean_campaign_finds_nothing(sglang: Any, tmp_path: Any) -> None:
