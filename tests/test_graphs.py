@@ -202,8 +202,10 @@ def test_determinism_and_json_round_trip():
 def test_op_subset_and_unknown_op():
     g = generate.random_graph(np.random.default_rng(0), 15,
                               ops=["add", "matmul", "sum", "reshape", "exp"])
+    # the drawn ops, the guards (abs, add_scalar, clamp) and the rank adapters that give
+    # matmul its 2-d operands (unsqueeze, flatten)
     assert {n["op"] for n in g["nodes"]} <= {"add", "matmul", "sum", "reshape", "exp", "abs",
-                                            "add_scalar", "clamp"}
+                                            "add_scalar", "clamp", "unsqueeze", "flatten"}
     with pytest.raises(KeyError):
         generate.random_graph(np.random.default_rng(0), 5, ops=["nope"])
 
@@ -277,7 +279,10 @@ def test_prefix_and_subgraph_reproduce_reference_values():
             assert i["shape"] == list(ref[i["name"]].shape)
         sr = build.run_reference(sg, sv)
         for k in keep:
-            assert np.array_equal(sr[k], ref[k])
+            # within a few float64 ulps: the subgraph's inputs are contiguous copies of values
+            # that may be views in the graph, and torch's float64 kernels take their vectorized
+            # or scalar path by layout (celu differed by one ulp)
+            np.testing.assert_allclose(sr[k], ref[k], rtol=1e-13, atol=1e-300)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -396,6 +401,22 @@ def _hooked_unjudged(g, ref, dt, bd):
     return {k: np.isnan(bd[k]) & ~np.isnan(plain[k]) for k in bd}
 
 
+def _eager_known_wrong(g, dt) -> bool:
+    """Graphs where eager itself is wrong, so it says nothing about the bound: ATen's oneDNN
+    float16 / bfloat16 ``baddbmm`` with ``alpha=0`` returns garbage
+    (corpus/compiler/upstream/baddbmm-half-zero-scales-garbage)."""
+    return dt in ("float16", "bfloat16") and any(
+        n["op"] == "baddbmm" and float(n["attrs"]["alpha"]) == 0.0 for n in g["nodes"])
+
+
+def test_eager_known_wrong_names_only_the_half_baddbmm_defect():
+    g = {"nodes": [{"op": "baddbmm", "attrs": {"alpha": 0.0, "beta": 1.0}}]}
+    assert _eager_known_wrong(g, "float16") and _eager_known_wrong(g, "bfloat16")
+    assert not _eager_known_wrong(g, "float32")
+    g["nodes"][0]["attrs"]["alpha"] = 1.0
+    assert not _eager_known_wrong(g, "float16")
+
+
 def test_bound_sound_for_eager_low_precision():
     """~200 graphs x 3 dtypes: eager (rounds after every op) never leaves the bound, except
     where a record's ``undefined`` hook says no result is wrong there; a doubled result is
@@ -404,6 +425,8 @@ def test_bound_sound_for_eager_low_precision():
     doubled_missed = 0
     informative = total = 0
     for g, dt, ref, eag, bd in _bound_runs(200, seed=11):
+        if _eager_known_wrong(g, dt):
+            continue
         hooked = None
         for n in g["nodes"]:
             k = n["name"]

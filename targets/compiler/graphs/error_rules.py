@@ -91,6 +91,50 @@ def selected(o: Operands) -> tuple[Any, Any]:
     return o.es[0], np.zeros_like(o.ay)
 
 
+_TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16,
+                 "bfloat16": torch.bfloat16, "float64": torch.float64}
+
+
+def _bound_rounding(b: float, dtype: str) -> float:
+    """How far a clamp bound moves when rounded to ``dtype`` -- directly, or through float32
+    first (a fused half-precision kernel clamps in float32); 0 for a bound it holds exactly."""
+    if not math.isfinite(b) or dtype not in _TORCH_DTYPES:
+        return 0.0
+    t = torch.tensor(b, dtype=torch.float64)
+    direct = float(t.to(_TORCH_DTYPES[dtype]).double())
+    twice = float(t.to(torch.float32).to(_TORCH_DTYPES[dtype]).double())
+    return max(abs(direct - b), abs(twice - b))
+
+
+def clamped(o: Operands) -> tuple[Any, Any]:
+    """clamp: Lipschitz 1 like :func:`selected`, and no error at all where the input is beyond
+    a bound by more than its own error -- the computed input is beyond it too, so the result
+    is the bound (rounded to the dtype).  Passing the input's error through
+    there made a clamp of a far-off value (+-1145 with an error of 30, clamped to +-8) carry
+    an error of 30, which a cumprod or an attention downstream grew past the dtype's range
+    and left unjudged.  Nowhere more than the width of the interval either (a finite error:
+    an infinite one, "no guarantee", may stand for a NaN, which clamp passes on)."""
+    x, e = o.xs[0], o.es[0]
+    lo, hi = o.attrs.get("min"), o.attrs.get("max")
+    prop = np.array(e, dtype=np.float64, copy=True)
+    comp = np.zeros_like(o.ay)
+    with np.errstate(invalid="ignore"):
+        for bound, beyond in ((hi, lambda b: x - e >= b), (lo, lambda b: x + e <= b)):
+            if bound is None:
+                continue
+            b = float(bound)
+            prop = np.where(beyond(b), 0.0, prop)
+            rounding = _bound_rounding(b, o.out_dtype)
+            if rounding > 0:  # the grid's bounds (0, integers, +-inf) round to themselves
+                engaged = (x + e >= b) if bound is hi else (x - e <= b)
+                comp = np.where(engaged, np.maximum(comp, rounding), comp)
+        if lo is not None and hi is not None:
+            # an infinite error stays: "no guarantee" may be a NaN, which clamp keeps
+            width = max(float(hi) - float(lo), 0.0)
+            prop = np.where(np.isfinite(prop), np.minimum(prop, width), prop)
+    return prop, comp
+
+
 def moved(o: Operands) -> tuple[Any, Any]:
     """Layout ops: the values are bit copies of the inputs, so their errors move with them (the
     op itself applied to the error arrays); nothing computed, nothing rounded."""

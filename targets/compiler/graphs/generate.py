@@ -66,6 +66,14 @@ __all__ = [
     "value_intervals",
 ]
 
+def _takes_ranks(spec: Any, ranks: list[int]) -> bool:
+    """Whether an op's attrs take operands of ``ranks`` at all, asked without spending a draw
+    of the case: ``sample_attrs`` answers None or not by the ranks alone, so a fixed-seed
+    generator of its own stands in for the case's chooser (a NumPy Generator, which every
+    copy of the ops module -- a source-patched mutant's too -- turns into a chooser)."""
+    return spec.sample_attrs(np.random.default_rng(0), list(ranks)) is not None
+
+
 TILE_VALUES = (1, 7, 15, 16, 17, 63, 64, 65, 127, 128, 129)
 ELEMENT_CAP = 4096
 INPUT_BOUND = 4.0
@@ -362,6 +370,75 @@ class _Gen:
             operand = len(self.values) - 1 if k % 2 == 0 else self.n_inputs - 1
             self.try_op(op, operand)
 
+    def _fit_ranks(self, op: str, idx: list[int], keep_first: bool) -> list[int] | None:
+        """Operands of ranks ``op`` takes, when the drawn ones have none it takes (matmul wants
+        two 2-d values, bmm two 3-d ones, addmm a 2-d pair): a drawn rank combination that the
+        op's attrs accept, each operand the newest value of its rank or one of the two before.
+        Drawn operands are rank-blind, so without this the ops with rank rules were drawn as
+        often as any other but almost never kept (20 matmul draws in 300 cases, none kept).
+        Draws happen only where the op was refused before, so graphs that needed no refit are
+        drawn exactly as before."""
+        spec = OPS[op]
+        by_rank = self._by_rank()
+        first = len(self.values[idx[0]][1])
+        # ranks the graph has, or makes by unsqueezing / flattening a value it has
+        reachable = set(by_rank) | set(range(1, _ops.MAX_RANK + 1))
+        choices = [
+            combo
+            for combo in itertools.product(sorted(reachable), repeat=len(idx))
+            if (not keep_first or combo[0] == first)
+            and _takes_ranks(spec, list(combo))
+        ]
+        if not choices:
+            return None
+        combo = choices[self.ch.integers(0, len(choices) - 1)]
+        out = list(idx)
+        for j, rank in enumerate(combo):
+            if keep_first and j == 0:
+                continue
+            if not self._produce_rank(rank):
+                return None
+            cands = self._by_rank()[rank]
+            out[j] = cands[len(cands) - 1 - self.ch.integers(0, min(len(cands), 3) - 1)]
+        return out
+
+    def _by_rank(self) -> dict[int, list[int]]:
+        by_rank: dict[int, list[int]] = {}
+        for i, (_, shape) in enumerate(self.values):
+            by_rank.setdefault(len(shape), []).append(i)
+        return by_rank
+
+    def _produce_rank(self, rank: int) -> bool:
+        """Make a value of ``rank`` from the newest value of the nearest rank the graph has:
+        ``unsqueeze`` steps up from a lower one (NNSmith inserts such ops to fit an operand),
+        else ``flatten`` steps (two dims into one) down from a higher one."""
+        by_rank = self._by_rank()
+        if rank in by_rank:
+            return True
+        lower = [r for r in by_rank if 1 <= r < rank]
+        higher = [r for r in by_rank if r > rank >= 1]
+        # from the nearest rank the graph has, one step at a time
+        if lower and (not higher or rank - max(lower) <= min(higher) - rank):
+            if not self._produce_rank(rank - 1) or "unsqueeze" not in OPS:
+                return False
+            source = self._by_rank()[rank - 1][-1]
+            attrs = {"dim": self.ch.integers(0, rank - 1)}
+            op = "unsqueeze"
+        elif higher and "flatten" in OPS:
+            if not self._produce_rank(rank + 1):
+                return False
+            source = self._by_rank()[rank + 1][-1]
+            start = self.ch.integers(0, rank - 1)
+            attrs = {"start_dim": start, "end_dim": start + 1}
+            op = "flatten"
+        else:
+            return False
+        self.adapting = True
+        try:
+            return self.try_op(op, source, attrs=attrs)
+        finally:
+            self.adapting = False
+
     def _fit_dtypes(self, op: str, idx: list[int], attrs: dict, keep_first: bool
                     ) -> list[int] | None:
         """Operands of ``op`` whose dtypes its rule takes: ``idx`` if it does, else operands of
@@ -437,6 +514,13 @@ class _Gen:
         shapes = [self.values[i][1] for i in idx]
         ranks = [len(s) for s in shapes]
         attrs = dict(given) if given is not None else spec.sample_attrs(ch, ranks)
+        if attrs is None and given is None:
+            refit = self._fit_ranks(op, idx, keep_first=operand is not None)
+            if refit is None:
+                return False
+            idx = refit
+            shapes = [self.values[i][1] for i in idx]
+            attrs = spec.sample_attrs(ch, [len(s) for s in shapes])
         if attrs is None:
             return False
         fitted = self._fit_dtypes(op, idx, attrs, keep_first=operand is not None)
@@ -633,7 +717,9 @@ def generate(
     ``more(count)``, asked after each op, may end the graph early: a Hypothesis draw there makes
     every op its own deletable span (like the elements of ``st.lists``), so a failing graph
     shrinks op by op.  ``dtype``: the case dtype (the inputs' ``"dtype"``; node dtypes follow
-    from the ops' rules)."""
+    from the ops' rules).  ``ops`` are the ops drawn; the generator adds its own around them
+    (guards, a comparison or cast for a bool / int operand, an unsqueeze or flatten for an
+    operand of a rank the graph lacks)."""
     ch = as_chooser(chooser)
     names = [o for o in (ops or _ops.DEFAULT_OPS)]
     for o in names:

@@ -1394,7 +1394,7 @@ OPS: dict[str, OpSpec] = {
                   1.5: "({a} * tl.sqrt({a}))",
                   -0.5: "(1.0 / tl.sqrt({a}))",
               }),
-        _spec("clamp", 1, "elementwise", _rule_same, _attrs_clamp, **_EW, error=er.selected,
+        _spec("clamp", 1, "elementwise", _rule_same, _attrs_clamp, **_EW, error=er.clamped,
               interval=iv.clamp, selects=True,
               attributes={"min": Attr("bound"), "max": Attr("bound")}, infer=_infer_clamp,
               builder=_lower_clamp, cases={
