@@ -119,11 +119,9 @@ def run_mutant(
             known=known,
         )
     finding = result.finding
-    clean_failure = None
     if finding is not None:
         clean = check_case(target, impl, finding.inputs).failure
         if clean is not None:
-            clean_failure = clean.signature
             note = (
                 f"the finding fails without the mutant too ({clean.signature}): a defect of "
                 f"{impl.name} itself, not the mutant's; accept it with --known to search past it"
@@ -136,7 +134,7 @@ def run_mutant(
                 cases=result.cases,
                 message=note,
                 finding=finding,
-                clean_failure=clean_failure,
+                clean_failure=clean.signature,
             )
     if finding is not None:
         finding = dataclasses.replace(finding, origin=f"mutant:{mutant.name}")
